@@ -1,0 +1,394 @@
+//! What goes into the pool from the adapter ([`Failure`], [`Violation`]) and what comes out of
+//! it: [`Action`]s for the adapter, [`Event`]s for the application, and the typed reasons and
+//! outcomes they carry.
+
+use core::net::SocketAddr;
+use core::time::Duration;
+
+use bytes::Bytes;
+
+use crate::config::SocketOptions;
+use crate::ids::{ConnId, NodeId, RequestId};
+use crate::time::Instant;
+
+/// Work for the adapter, drained with [`Pool::poll_action`](crate::Pool::poll_action).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Action {
+    /// Open a TCP connection to `addr`, apply `options`, and report the result with
+    /// [`handle_connected`](crate::Pool::handle_connected) or
+    /// [`handle_connect_failed`](crate::Pool::handle_connect_failed).
+    ///
+    /// `deadline` is the setup deadline: proto closes the attempt itself when it passes (the
+    /// adapter need not race a timer, but may abandon the connect then).
+    Open {
+        /// The new connection's handle.
+        conn: ConnId,
+        /// Where to connect.
+        addr: SocketAddr,
+        /// The socket options to apply before connecting.
+        options: SocketOptions,
+        /// When proto will give up on the attempt (connect plus handshake).
+        deadline: Instant,
+    },
+    /// Run the application handshake on `conn` (only with
+    /// [`Config::handshake`](crate::Config::handshake)), then report
+    /// [`handle_handshake_done`](crate::Pool::handle_handshake_done) or
+    /// [`handle_handshake_failed`](crate::Pool::handle_handshake_failed).
+    Handshake {
+        /// The connection, now connected at the TCP level.
+        conn: ConnId,
+    },
+    /// Close `conn` and drop its socket. The handle is already stale: nothing more need be
+    /// reported about it (a late report is refused and harmless).
+    Close {
+        /// The connection to close.
+        conn: ConnId,
+        /// Why proto closed it.
+        reason: CloseReason,
+    },
+}
+
+/// Something the application may want to know, drained with
+/// [`Pool::poll_event`](crate::Pool::poll_event).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A request ended. Every submitted request ends exactly once, with exactly one of these
+    /// (a submit that returned an error never started).
+    RequestDone {
+        /// The request.
+        id: RequestId,
+        /// The node it was last sent to.
+        node: NodeId,
+        /// How it ended.
+        outcome: Outcome,
+        /// Whether it had been moved once to a fresh connection after an eviction.
+        retried: bool,
+    },
+    /// A node's connection changed state.
+    StateChanged {
+        /// The node.
+        node: NodeId,
+        /// The state it left.
+        from: NodeState,
+        /// The state it entered.
+        to: NodeState,
+        /// Why.
+        reason: Reason,
+        /// When.
+        at: Instant,
+    },
+    /// A node's outbound buffer crossed a watermark.
+    Writability {
+        /// The node.
+        node: NodeId,
+        /// `false` when pending bytes rose above the high watermark, `true` when they fell
+        /// below the low one.
+        writable: bool,
+        /// Pending bytes (frames plus per-frame overhead) at the flip.
+        pending: u64,
+    },
+    /// A connection was evicted: flagged, then closed; its queued requests moved to a fresh
+    /// connection once.
+    Evicted {
+        /// The connection.
+        conn: ConnId,
+        /// Why.
+        reason: EvictReason,
+    },
+    /// A node was excluded from selection after too many consecutive failures.
+    Quarantined {
+        /// The node.
+        node: NodeId,
+        /// The failure that crossed the threshold.
+        cause: QuarantineCause,
+        /// When.
+        at: Instant,
+    },
+    /// A quarantined node is selectable again.
+    Readmitted {
+        /// The node.
+        node: NodeId,
+        /// Why.
+        via: Readmission,
+        /// When.
+        at: Instant,
+    },
+}
+
+/// How a request ended.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The peer answered; the response frame's payload.
+    Response(Bytes),
+    /// Its deadline passed.
+    DeadlineExceeded {
+        /// `Queued` if no byte of the frame had been written (and none ever will be),
+        /// `InFlight` otherwise.
+        phase: Phase,
+    },
+    /// Its connection closed before an answer came.
+    ConnectionLost(CloseReason),
+    /// Its connection was evicted (after the one retry, or while in flight).
+    Evicted(EvictReason),
+    /// The application cancelled it.
+    Cancelled,
+}
+
+/// Where a request was when its deadline passed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Phase {
+    /// Queued: not one byte written; the frame was dropped unsent.
+    Queued,
+    /// Partly or fully written: the server may have it.
+    InFlight,
+}
+
+/// A connection's lifecycle state, as seen by its node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeState {
+    /// No connection. A new one may be opened from `reconnect_at` on.
+    Disconnected {
+        /// When the reconnect backoff ends (a reconnect is allowed *at* this instant).
+        reconnect_at: Instant,
+    },
+    /// TCP connect in progress.
+    Connecting,
+    /// Connected; application handshake in progress.
+    Handshaking,
+    /// Usable.
+    Ready,
+    /// The last handshake failed authentication. Like `Disconnected`, with the reason kept.
+    AuthFailed {
+        /// When the reconnect backoff ends.
+        reconnect_at: Instant,
+    },
+    /// The node was removed or the pool shut down; terminal.
+    Closed,
+}
+
+impl NodeState {
+    /// Whether a connection attempt is in progress (`Connecting` or `Handshaking`).
+    pub fn is_connecting(self) -> bool {
+        matches!(self, Self::Connecting | Self::Handshaking)
+    }
+}
+
+/// Why a node's state changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reason {
+    /// A request or [`Pool::connect`](crate::Pool::connect) needed a connection.
+    Demand,
+    /// A probe of a quarantined node opened a fresh connection.
+    Probe,
+    /// The adapter reported the TCP connect done.
+    Connected,
+    /// The adapter reported the handshake done.
+    HandshakeDone,
+    /// The connection closed.
+    Closed(CloseReason),
+}
+
+/// Why a connection closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CloseReason {
+    /// The setup timeout passed before `Ready`.
+    SetupTimeout,
+    /// The TCP connect failed.
+    ConnectFailed(Failure),
+    /// The handshake failed (not authentication).
+    HandshakeFailed,
+    /// The handshake failed authentication.
+    AuthFailed,
+    /// A frame was not accepted by the kernel within the write timeout.
+    WriteTimeout,
+    /// The socket failed or the peer closed it.
+    Io(Failure),
+    /// The peer broke the protocol.
+    Protocol(Violation),
+    /// The connection was evicted.
+    Evicted(EvictReason),
+    /// The node was quarantined; it is probed on a fresh connection.
+    Quarantined,
+    /// No request for longer than the idle timeout.
+    Idle,
+    /// The node was removed.
+    NodeRemoved,
+    /// The pool shut down.
+    Shutdown,
+}
+
+impl CloseReason {
+    /// Whether this close counts as a connection failure (for quarantine).
+    pub fn is_failure(self) -> bool {
+        matches!(
+            self,
+            Self::SetupTimeout
+                | Self::ConnectFailed(_)
+                | Self::HandshakeFailed
+                | Self::AuthFailed
+                | Self::WriteTimeout
+                | Self::Io(_)
+                | Self::Protocol(_)
+        )
+    }
+}
+
+/// An I/O failure the adapter observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Failure {
+    /// Connection refused (no listener).
+    Refused,
+    /// Connection reset by the peer.
+    Reset,
+    /// The peer closed its side (end of stream).
+    PeerClosed,
+    /// The kernel gave up (`ETIMEDOUT`: TCP_USER_TIMEOUT, keepalive or retransmissions).
+    TimedOut,
+    /// Host or network unreachable.
+    Unreachable,
+    /// Any other error, with its OS error number when there was one.
+    Other {
+        /// The `errno`, if known.
+        errno: Option<i32>,
+    },
+}
+
+/// How a peer broke the protocol. Each closes only that peer's connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Violation {
+    /// A frame longer than the configured maximum.
+    FrameTooLong {
+        /// The length the header announced.
+        len: u64,
+        /// The maximum.
+        max: u64,
+    },
+    /// A header that cannot be decoded.
+    MalformedHeader,
+    /// A response for a request that is not in flight on that connection.
+    UnknownRequest(RequestId),
+    /// A frame that took longer than allowed to arrive (a peer dripping bytes).
+    TooSlow {
+        /// How long the frame had been arriving.
+        elapsed: Duration,
+    },
+}
+
+/// Why a connection was evicted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EvictReason {
+    /// The node re-entered the enabled set after being disabled.
+    Readmitted,
+    /// The node's restart epoch changed: the server is a new process.
+    EpochChanged,
+    /// The application asked for it.
+    Requested,
+}
+
+/// Why a node was quarantined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QuarantineCause {
+    /// Too many consecutive connection failures; the last one.
+    ConnectionFailures(CloseReason),
+    /// Too many consecutive request timeouts.
+    RequestTimeouts,
+}
+
+/// Why a quarantined node became selectable again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Readmission {
+    /// A probe on a fresh connection reached `Ready`.
+    Probe,
+    /// The last probe failed and [`AfterLastProbe::Readmit`](crate::AfterLastProbe) is set.
+    GaveUp,
+    /// The application enabled it, or its epoch changed.
+    Application,
+}
+
+/// Why a submit was refused. The request never started, so no
+/// [`Event::RequestDone`] follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SubmitError {
+    /// The connection is above its high watermark (not yet back below the low one).
+    #[error("not writable: the connection's outbound buffer is above its high watermark")]
+    NotWritable,
+    /// Queuing it would push pending bytes across all connections over the memory budget,
+    /// and this connection holds more than its share.
+    #[error("memory budget exhausted: this connection holds more than its share")]
+    MemoryBudget,
+    /// The node already has `max_in_flight` requests.
+    #[error("the node has reached its in-flight request limit")]
+    InFlightLimit,
+    /// The node cannot take requests now.
+    #[error("node unavailable: {0}")]
+    NodeUnavailable(Unavailable),
+    /// No node can take the request; `all_full` when that is only because every ready node is
+    /// at its in-flight limit.
+    #[error("no node available (all ready nodes full: {all_full})")]
+    NoNode {
+        /// Every ready node is at its in-flight limit; waiting for a response frees one.
+        all_full: bool,
+    },
+    /// The deadline has already passed.
+    #[error("the deadline is already past")]
+    DeadlinePassed,
+    /// The handle is stale or unknown.
+    #[error("stale or unknown node handle")]
+    StaleHandle,
+}
+
+/// Why a given node cannot take a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Unavailable {
+    /// The application disabled it.
+    #[error("disabled")]
+    Disabled,
+    /// The failure detector quarantined it.
+    #[error("quarantined")]
+    Quarantined,
+    /// The server asked for backpressure until this instant.
+    #[error("throttled")]
+    Throttled {
+        /// When the throttle ends.
+        until: Instant,
+    },
+    /// The pool is shut down.
+    #[error("shut down")]
+    Shutdown,
+}
+
+/// A report or command named a handle that is stale (from before a removal, eviction or
+/// reconnect) or unknown. Nothing was changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HandleError {
+    /// The node was removed (or never existed).
+    #[error("stale or unknown node handle")]
+    StaleNode,
+    /// The connection was closed, evicted or replaced (or never existed).
+    #[error("stale or unknown connection handle")]
+    StaleConn,
+    /// The request already ended (or never existed).
+    #[error("request already ended or unknown")]
+    UnknownRequest,
+    /// The report does not fit the connection's state (e.g. `handle_connected` twice).
+    #[error("report does not fit the connection's state")]
+    WrongState,
+    /// More bytes were reported written than were handed out.
+    #[error("more bytes reported written than were handed out")]
+    Overwritten,
+}

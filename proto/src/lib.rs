@@ -1,0 +1,45 @@
+//! # keepwire-proto
+//!
+//! The sans-IO core of keepwire: one deterministic state machine, [`Pool`], that keeps a
+//! client's connections to its servers honest. It never touches a socket, a clock or a thread:
+//! it is fed time and I/O events and answers with [`Action`]s for the adapter, [`Event`]s for
+//! the application, and the next instant it needs to be woken ([`Pool::poll_timeout`]).
+//!
+//! See [`Pool`] for the run loop.
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+extern crate alloc;
+#[cfg(test)]
+extern crate std;
+
+mod backoff;
+mod config;
+mod counters;
+mod event;
+mod ids;
+mod node;
+mod outbound;
+mod pool;
+mod requests;
+mod rng;
+mod select;
+mod time;
+mod timers;
+
+#[cfg(test)]
+mod tests;
+
+pub use backoff::Backoff;
+pub use config::{AfterLastProbe, Config, ConfigError, Keepalive, SelectionRule, SocketOptions, MAX_DURATION};
+pub use counters::Counters;
+pub use event::{
+    Action, CloseReason, EvictReason, Event, Failure, HandleError, NodeState, Outcome, Phase,
+    QuarantineCause, Readmission, Reason, SubmitError, Unavailable, Violation,
+};
+pub use ids::{ConnId, NodeId, RequestId};
+pub use pool::{Pool, Target};
+pub use rng::{Rng, Unit};
+pub use select::Selection;
+pub use time::Instant;
