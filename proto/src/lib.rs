@@ -19,6 +19,7 @@ mod config;
 mod counters;
 mod event;
 mod ids;
+mod lifecycle;
 mod node;
 mod outbound;
 mod pool;

@@ -94,10 +94,6 @@ impl Clock {
         }
         self.latest
     }
-
-    pub(crate) fn now(&self) -> Instant {
-        self.latest
-    }
 }
 
 #[cfg(test)]
@@ -124,6 +120,5 @@ mod tests {
         assert_eq!(clock.advance(Instant::from_secs(5)), Instant::from_secs(10));
         assert_eq!(clock.advance(Instant::from_secs(12)), Instant::from_secs(12));
         assert_eq!(clock.advance(Instant::from_secs(11)), Instant::from_secs(12));
-        assert_eq!(clock.now(), Instant::from_secs(12));
     }
 }

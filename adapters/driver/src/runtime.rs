@@ -1,0 +1,112 @@
+//! The seam between the driver and an async runtime: a clock, timers, a spawner and a
+//! non-blocking connect, plus the byte stream the driver reads and writes.
+//!
+//! Everything is expressed with poll functions and boxed futures so that tokio's
+//! `AsyncRead`/`AsyncWrite` and the futures-io traits (smol, async-std) both fit without
+//! compatibility crates. A runtime crate implements [`Runtime`] in about a hundred lines.
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use socket2::{SockRef, Socket};
+
+/// A boxed, sendable future, as the runtime trait hands them around.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What the driver needs from an async runtime.
+///
+/// Implementations are cheap handles (the driver keeps one in an `Arc`).
+pub trait Runtime: Send + Sync + fmt::Debug + 'static {
+    /// The runtime's monotonic clock. The driver measures every keepwire instant from the
+    /// value it reads when it starts, so a runtime with a virtual clock (tokio's paused time)
+    /// drives keepwire's timeouts too.
+    fn now(&self) -> Instant;
+
+    /// A timer that fires at `deadline` (on the same clock as [`Runtime::now`]).
+    fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn Timer>>;
+
+    /// Runs `future` to completion in the background.
+    fn spawn(&self, future: BoxFuture<'static, ()>);
+
+    /// Connects `socket` (created and configured by the driver, not yet connected) to `addr`
+    /// without blocking a thread, and returns the connected stream.
+    ///
+    /// The driver drops the returned future when the setup deadline passes, so an
+    /// implementation needs no timeout of its own. [`begin_connect`] and [`finish_connect`]
+    /// do the non-blocking `connect(2)` dance for runtimes that only offer "wait until
+    /// writable".
+    fn connect(
+        &self,
+        socket: Socket,
+        addr: SocketAddr,
+    ) -> BoxFuture<'static, io::Result<Box<dyn IoStream>>>;
+}
+
+/// A resettable timer, like tokio's `Sleep` or async-io's `Timer`.
+pub trait Timer: Send + fmt::Debug {
+    /// Moves the deadline (earlier or later); the next poll waits for the new one.
+    fn reset(self: Pin<&mut Self>, deadline: Instant);
+
+    /// Ready once the deadline has passed; registers the waker otherwise.
+    fn poll_fire(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()>;
+}
+
+/// A connected TCP stream as the driver uses it: non-blocking reads and writes through poll
+/// functions, and access to the socket for reading options back.
+pub trait IoStream: Send + fmt::Debug + 'static {
+    /// Reads into `buf`; `Ok(0)` is end of stream.
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>>;
+
+    /// Writes from `buf`, returning how many bytes the kernel accepted.
+    fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>>;
+
+    /// The underlying socket, for `getsockopt` through socket2.
+    fn socket(&self) -> SockRef<'_>;
+}
+
+/// Starts a non-blocking `connect(2)` of `socket` to `addr`: sets `O_NONBLOCK` and connects.
+///
+/// Returns `Ok(true)` if the connection completed at once, `Ok(false)` if it is in progress
+/// (wait until the socket is writable, then call [`finish_connect`]).
+pub fn begin_connect(socket: &Socket, addr: SocketAddr) -> io::Result<bool> {
+    socket.set_nonblocking(true)?;
+    match socket.connect(&addr.into()) {
+        Ok(()) => Ok(true),
+        Err(e) if connect_in_progress(&e) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Completes a connect started with [`begin_connect`] once the socket is writable: returns
+/// the connect error, if the kernel recorded one.
+pub fn finish_connect(socket: SockRef<'_>) -> io::Result<()> {
+    match socket.take_error()? {
+        Some(e) => Err(e),
+        None => {
+            // Writable without an error can still mean "not connected" on some platforms.
+            socket.peer_addr().map(drop)
+        }
+    }
+}
+
+fn connect_in_progress(e: &io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        e.raw_os_error() == Some(libc::EINPROGRESS) || e.kind() == io::ErrorKind::WouldBlock
+    }
+    #[cfg(not(unix))]
+    {
+        e.kind() == io::ErrorKind::WouldBlock
+    }
+}
+
+/// Sleeps until `deadline` on `runtime`'s clock.
+pub async fn sleep_until(runtime: &dyn Runtime, deadline: Instant) {
+    let mut timer = runtime.new_timer(deadline);
+    std::future::poll_fn(|cx| timer.as_mut().poll_fire(cx)).await;
+}

@@ -1,0 +1,439 @@
+//! Creating a TCP socket and applying keepwire's [`SocketOptions`] to it before it connects,
+//! with a typed report of every option the platform could not apply (never silent), and
+//! reading the options back from a live socket.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use keepwire_proto::SocketOptions;
+use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
+
+/// Creates an unconnected TCP socket for `addr` and applies `options` to it.
+///
+/// Fails only if the socket itself cannot be created; every option that could not be applied
+/// is listed in the returned [`OptionReport`] instead.
+pub fn prepare_socket(addr: SocketAddr, options: &SocketOptions) -> io::Result<(Socket, OptionReport)> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    let report = apply_options(&socket, options);
+    Ok((socket, report))
+}
+
+/// Applies `options` to `socket`, returning what could not be applied.
+pub fn apply_options(socket: &Socket, options: &SocketOptions) -> OptionReport {
+    let mut report = OptionReport::default();
+    report.record(SocketOption::NoDelay, socket.set_tcp_nodelay(options.nodelay));
+    if let Some(keepalive) = options.keepalive {
+        let params = TcpKeepalive::new().with_time(keepalive.idle);
+        let params = keepalive_interval(params, keepalive.interval, &mut report);
+        let params = keepalive_retries(params, keepalive.retries, &mut report);
+        report.record(SocketOption::Keepalive, socket.set_tcp_keepalive(&params));
+    } else {
+        report.record(SocketOption::Keepalive, socket.set_keepalive(false));
+    }
+    if let Some(timeout) = options.user_timeout {
+        set_user_timeout(socket, timeout, &mut report);
+    }
+    if let Some(size) = options.send_buffer_size {
+        report.record(SocketOption::SendBuffer, socket.set_send_buffer_size(size as usize));
+        check_buffer(SocketOption::SendBuffer, size, socket.send_buffer_size(), &mut report);
+    }
+    if let Some(size) = options.recv_buffer_size {
+        report.record(SocketOption::RecvBuffer, socket.set_recv_buffer_size(size as usize));
+        check_buffer(SocketOption::RecvBuffer, size, socket.recv_buffer_size(), &mut report);
+    }
+    report
+}
+
+/// The options of a live socket, read back with `getsockopt`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SocketReadback {
+    /// `TCP_NODELAY`.
+    pub nodelay: Option<bool>,
+    /// `SO_KEEPALIVE`.
+    pub keepalive: Option<bool>,
+    /// `TCP_KEEPIDLE` (or the platform's equivalent).
+    pub keepalive_idle: Option<Duration>,
+    /// `TCP_KEEPINTVL`, where the platform has it.
+    pub keepalive_interval: Option<Duration>,
+    /// `TCP_KEEPCNT`, where the platform has it.
+    pub keepalive_retries: Option<u32>,
+    /// `TCP_USER_TIMEOUT` (Linux); `None` when off or unavailable.
+    pub user_timeout: Option<Duration>,
+    /// `SO_SNDBUF` (Linux reports twice the requested size).
+    pub send_buffer_size: Option<usize>,
+    /// `SO_RCVBUF` (Linux reports twice the requested size).
+    pub recv_buffer_size: Option<usize>,
+}
+
+/// Reads the options keepwire manages back from a live socket; an option the platform cannot
+/// report is `None`.
+pub fn read_back(socket: SockRef<'_>) -> SocketReadback {
+    SocketReadback {
+        nodelay: socket.tcp_nodelay().ok(),
+        keepalive: socket.keepalive().ok(),
+        keepalive_idle: keepalive_idle(&socket),
+        keepalive_interval: read_keepalive_interval(&socket),
+        keepalive_retries: read_keepalive_retries(&socket),
+        user_timeout: read_user_timeout(&socket),
+        send_buffer_size: socket.send_buffer_size().ok(),
+        recv_buffer_size: socket.recv_buffer_size().ok(),
+    }
+}
+
+/// Every socket option the platform could not apply to one connection. Empty when all were
+/// applied.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OptionReport {
+    unapplied: Vec<Unapplied>,
+}
+
+impl OptionReport {
+    /// Whether every requested option was applied.
+    pub fn is_empty(&self) -> bool {
+        self.unapplied.is_empty()
+    }
+
+    /// The options that were not applied, in the order they were tried.
+    pub fn unapplied(&self) -> &[Unapplied] {
+        &self.unapplied
+    }
+
+    fn record(&mut self, option: SocketOption, result: io::Result<()>) {
+        if let Err(error) = result {
+            self.unapplied.push(Unapplied { option, why: NotApplied::Failed(error.kind(), error.raw_os_error()) });
+        }
+    }
+
+    fn unsupported(&mut self, option: SocketOption) {
+        self.unapplied.push(Unapplied { option, why: NotApplied::Unsupported });
+    }
+}
+
+impl fmt::Display for OptionReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.unapplied.is_empty() {
+            return f.write_str("all socket options applied");
+        }
+        for (i, item) in self.unapplied.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{item}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One option that was not applied, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unapplied {
+    /// The option.
+    pub option: SocketOption,
+    /// Why it was not applied.
+    pub why: NotApplied,
+}
+
+impl fmt::Display for Unapplied {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?} not applied: {}", self.option, self.why)
+    }
+}
+
+/// A socket option keepwire manages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SocketOption {
+    /// `TCP_NODELAY`.
+    NoDelay,
+    /// `SO_KEEPALIVE` with its idle time.
+    Keepalive,
+    /// `TCP_KEEPINTVL`.
+    KeepaliveInterval,
+    /// `TCP_KEEPCNT`.
+    KeepaliveRetries,
+    /// `TCP_USER_TIMEOUT`.
+    UserTimeout,
+    /// `SO_SNDBUF`.
+    SendBuffer,
+    /// `SO_RCVBUF`.
+    RecvBuffer,
+}
+
+/// Why an option was not applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NotApplied {
+    /// This platform has no such option.
+    Unsupported,
+    /// `setsockopt` failed, with its error kind and `errno`.
+    Failed(io::ErrorKind, Option<i32>),
+    /// The kernel took a smaller value than requested (for example capped by
+    /// `net.core.wmem_max`).
+    Clamped {
+        /// The value requested.
+        requested: u64,
+        /// The value read back.
+        got: u64,
+    },
+}
+
+impl fmt::Display for NotApplied {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unsupported => f.write_str("not supported on this platform"),
+            Self::Failed(kind, Some(errno)) => write!(f, "setsockopt failed ({kind}, errno {errno})"),
+            Self::Failed(kind, None) => write!(f, "setsockopt failed ({kind})"),
+            Self::Clamped { requested, got } => {
+                write!(f, "kernel set {got} instead of the requested {requested}")
+            }
+        }
+    }
+}
+
+fn check_buffer(option: SocketOption, requested: u32, got: io::Result<usize>, report: &mut OptionReport) {
+    // Linux doubles the value it is given (bookkeeping overhead), so only less than requested
+    // means the kernel capped it.
+    if let Ok(got) = got {
+        if (got as u64) < u64::from(requested) {
+            report.unapplied.push(Unapplied {
+                option,
+                why: NotApplied::Clamped { requested: u64::from(requested), got: got as u64 },
+            });
+        }
+    }
+}
+
+#[cfg(any(
+    target_os = "android",
+    target_os = "dragonfly",
+    target_os = "freebsd",
+    target_os = "fuchsia",
+    target_os = "illumos",
+    target_os = "ios",
+    target_os = "linux",
+    target_os = "macos",
+    target_os = "netbsd",
+    target_os = "tvos",
+    target_os = "watchos",
+    target_os = "windows",
+))]
+fn keepalive_interval(params: TcpKeepalive, interval: Duration, _: &mut OptionReport) -> TcpKeepalive {
+    params.with_interval(interval)
+}
+
+#[cfg(not(any(
+    target_os = "android",
+    target_os = "dragonfly",
+    target_os = "freebsd",
+    target_os = "fuchsia",
+    target_os = "illumos",
+    target_os = "ios",
+    target_os = "linux",
+    target_os = "macos",
+    target_os = "netbsd",
+    target_os = "tvos",
+    target_os = "watchos",
+    target_os = "windows",
+)))]
+fn keepalive_interval(params: TcpKeepalive, _: Duration, report: &mut OptionReport) -> TcpKeepalive {
+    report.unsupported(SocketOption::KeepaliveInterval);
+    params
+}
+
+#[cfg(any(
+    target_os = "android",
+    target_os = "dragonfly",
+    target_os = "freebsd",
+    target_os = "fuchsia",
+    target_os = "illumos",
+    target_os = "ios",
+    target_os = "linux",
+    target_os = "macos",
+    target_os = "netbsd",
+    target_os = "tvos",
+    target_os = "watchos",
+))]
+fn keepalive_retries(params: TcpKeepalive, retries: u32, _: &mut OptionReport) -> TcpKeepalive {
+    params.with_retries(retries)
+}
+
+#[cfg(not(any(
+    target_os = "android",
+    target_os = "dragonfly",
+    target_os = "freebsd",
+    target_os = "fuchsia",
+    target_os = "illumos",
+    target_os = "ios",
+    target_os = "linux",
+    target_os = "macos",
+    target_os = "netbsd",
+    target_os = "tvos",
+    target_os = "watchos",
+)))]
+fn keepalive_retries(params: TcpKeepalive, _: u32, report: &mut OptionReport) -> TcpKeepalive {
+    report.unsupported(SocketOption::KeepaliveRetries);
+    params
+}
+
+#[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
+fn set_user_timeout(socket: &Socket, timeout: Duration, report: &mut OptionReport) {
+    report.record(SocketOption::UserTimeout, socket.set_tcp_user_timeout(Some(timeout)));
+}
+
+#[cfg(not(any(target_os = "android", target_os = "fuchsia", target_os = "linux")))]
+fn set_user_timeout(_: &Socket, _: Duration, report: &mut OptionReport) {
+    report.unsupported(SocketOption::UserTimeout);
+}
+
+#[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
+fn read_user_timeout(socket: &SockRef<'_>) -> Option<Duration> {
+    socket.tcp_user_timeout().ok().flatten()
+}
+
+#[cfg(not(any(target_os = "android", target_os = "fuchsia", target_os = "linux")))]
+fn read_user_timeout(_: &SockRef<'_>) -> Option<Duration> {
+    None
+}
+
+#[cfg(not(any(target_os = "haiku", target_os = "openbsd", target_os = "vita", target_os = "windows")))]
+fn keepalive_idle(socket: &SockRef<'_>) -> Option<Duration> {
+    socket.tcp_keepalive_time().ok()
+}
+
+#[cfg(any(target_os = "haiku", target_os = "openbsd", target_os = "vita", target_os = "windows"))]
+fn keepalive_idle(_: &SockRef<'_>) -> Option<Duration> {
+    None
+}
+
+#[cfg(any(
+    target_os = "android",
+    target_os = "dragonfly",
+    target_os = "freebsd",
+    target_os = "fuchsia",
+    target_os = "illumos",
+    target_os = "ios",
+    target_os = "linux",
+    target_os = "macos",
+    target_os = "netbsd",
+    target_os = "tvos",
+    target_os = "watchos",
+))]
+fn read_keepalive_interval(socket: &SockRef<'_>) -> Option<Duration> {
+    socket.tcp_keepalive_interval().ok()
+}
+
+#[cfg(any(
+    target_os = "android",
+    target_os = "dragonfly",
+    target_os = "freebsd",
+    target_os = "fuchsia",
+    target_os = "illumos",
+    target_os = "ios",
+    target_os = "linux",
+    target_os = "macos",
+    target_os = "netbsd",
+    target_os = "tvos",
+    target_os = "watchos",
+))]
+fn read_keepalive_retries(socket: &SockRef<'_>) -> Option<u32> {
+    socket.tcp_keepalive_retries().ok()
+}
+
+#[cfg(not(any(
+    target_os = "android",
+    target_os = "dragonfly",
+    target_os = "freebsd",
+    target_os = "fuchsia",
+    target_os = "illumos",
+    target_os = "ios",
+    target_os = "linux",
+    target_os = "macos",
+    target_os = "netbsd",
+    target_os = "tvos",
+    target_os = "watchos",
+)))]
+fn read_keepalive_interval(_: &SockRef<'_>) -> Option<Duration> {
+    None
+}
+
+#[cfg(not(any(
+    target_os = "android",
+    target_os = "dragonfly",
+    target_os = "freebsd",
+    target_os = "fuchsia",
+    target_os = "illumos",
+    target_os = "ios",
+    target_os = "linux",
+    target_os = "macos",
+    target_os = "netbsd",
+    target_os = "tvos",
+    target_os = "watchos",
+)))]
+fn read_keepalive_retries(_: &SockRef<'_>) -> Option<u32> {
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keepwire_proto::Keepalive;
+
+    fn options() -> SocketOptions {
+        let mut options = SocketOptions::default();
+        options.nodelay = true;
+        options.keepalive = Some(Keepalive {
+            idle: Duration::from_secs(7),
+            interval: Duration::from_secs(3),
+            retries: 4,
+        });
+        options.user_timeout = Some(Duration::from_millis(1500));
+        options.send_buffer_size = Some(16 * 1024);
+        options.recv_buffer_size = Some(32 * 1024);
+        options
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn every_option_is_applied_and_reads_back_on_linux() {
+        let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let (socket, report) = prepare_socket(addr, &options()).unwrap();
+        assert!(report.is_empty(), "{report}");
+        let back = read_back(SockRef::from(&socket));
+        assert_eq!(back.nodelay, Some(true));
+        assert_eq!(back.keepalive, Some(true));
+        assert_eq!(back.keepalive_idle, Some(Duration::from_secs(7)));
+        assert_eq!(back.keepalive_interval, Some(Duration::from_secs(3)));
+        assert_eq!(back.keepalive_retries, Some(4));
+        assert_eq!(back.user_timeout, Some(Duration::from_millis(1500)));
+        assert!(back.send_buffer_size.unwrap() >= 16 * 1024);
+        assert!(back.recv_buffer_size.unwrap() >= 32 * 1024);
+    }
+
+    #[test]
+    fn keepalive_none_turns_it_off() {
+        let mut options = options();
+        options.keepalive = None;
+        let (socket, report) = prepare_socket("127.0.0.1:9".parse().unwrap(), &options).unwrap();
+        assert!(report.is_empty(), "{report}");
+        assert_eq!(read_back(SockRef::from(&socket)).keepalive, Some(false));
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_buffer_above_the_kernel_cap_is_reported_as_clamped() {
+        let mut options = options();
+        options.send_buffer_size = Some(u32::MAX / 2);
+        let (_, report) = prepare_socket("127.0.0.1:9".parse().unwrap(), &options).unwrap();
+        let clamped = report.unapplied().iter().find(|u| u.option == SocketOption::SendBuffer);
+        assert!(matches!(clamped.map(|u| u.why), Some(NotApplied::Clamped { .. })), "{report}");
+        assert!(report.to_string().contains("SendBuffer not applied: kernel set"), "{report}");
+    }
+
+    #[test]
+    fn an_empty_report_says_so() {
+        assert_eq!(OptionReport::default().to_string(), "all socket options applied");
+    }
+}

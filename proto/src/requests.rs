@@ -1,0 +1,142 @@
+//! The request table: a slab of live requests keyed by [`RequestId`] (slot + generation), so a
+//! lookup is O(1) and a finished request's slot is reused without allocating.
+
+use alloc::vec::Vec;
+
+use crate::ids::{NodeId, RequestId};
+use crate::time::Instant;
+
+/// Where a live request is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// In its node's outbound queue as frame `seq`, not one byte written.
+    Queued { seq: u64 },
+    /// Frame `seq` is partly written (or handed to the adapter).
+    Writing { seq: u64 },
+    /// Fully written on connection generation `conn`; awaiting the response.
+    Sent { conn: u32 },
+}
+
+/// A live request. A request that has *ended* (its [`Event::RequestDone`] was emitted) may
+/// still hold its slot while its frame finishes writing or a late response may arrive:
+/// `ended` says so.
+///
+/// [`Event::RequestDone`]: crate::Event::RequestDone
+#[derive(Clone, Debug)]
+pub(crate) struct Request {
+    pub(crate) node: NodeId,
+    pub(crate) deadline: Instant,
+    pub(crate) stage: Stage,
+    pub(crate) retried: bool,
+    pub(crate) ended: bool,
+}
+
+#[derive(Debug)]
+struct Slot {
+    generation: u32,
+    request: Option<Request>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Requests {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    live: usize,
+}
+
+impl Requests {
+    /// The id the next [`Requests::insert`] returns.
+    pub(crate) fn next_id(&self) -> RequestId {
+        match self.free.last() {
+            Some(&slot) => RequestId::new(slot, self.slots[slot as usize].generation),
+            None => RequestId::new(self.slots.len() as u32, 0),
+        }
+    }
+
+    pub(crate) fn insert(&mut self, request: Request) -> RequestId {
+        self.live += 1;
+        if let Some(slot) = self.free.pop() {
+            let entry = &mut self.slots[slot as usize];
+            entry.request = Some(request);
+            return RequestId::new(slot, entry.generation);
+        }
+        let slot = self.slots.len() as u32;
+        self.slots.push(Slot { generation: 0, request: Some(request) });
+        RequestId::new(slot, 0)
+    }
+
+    pub(crate) fn get(&self, id: RequestId) -> Option<&Request> {
+        let slot = self.slots.get(id.slot())?;
+        if slot.generation != id.generation() {
+            return None;
+        }
+        slot.request.as_ref()
+    }
+
+    pub(crate) fn get_mut(&mut self, id: RequestId) -> Option<&mut Request> {
+        let slot = self.slots.get_mut(id.slot())?;
+        if slot.generation != id.generation() {
+            return None;
+        }
+        slot.request.as_mut()
+    }
+
+    /// Frees the slot of `id`; the id is never valid again.
+    pub(crate) fn remove(&mut self, id: RequestId) -> Option<Request> {
+        let slot = self.slots.get_mut(id.slot())?;
+        if slot.generation != id.generation() {
+            return None;
+        }
+        let request = slot.request.take()?;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(id.slot() as u32);
+        self.live -= 1;
+        Some(request)
+    }
+
+    /// Requests holding a slot (including ended ones awaiting their frame or late response).
+    pub(crate) fn len(&self) -> usize {
+        self.live
+    }
+
+    /// Every live request, for invariant checks.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (RequestId, &Request)> {
+        self.slots.iter().enumerate().filter_map(|(i, s)| {
+            s.request.as_ref().map(|r| (RequestId::new(i as u32, s.generation), r))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> Request {
+        Request {
+            node: NodeId { index: 0, generation: 0 },
+            deadline: Instant::ZERO,
+            stage: Stage::Queued { seq: 0 },
+            retried: false,
+            ended: false,
+        }
+    }
+
+    #[test]
+    fn ids_are_predicted_unique_and_never_reused() {
+        let mut t = Requests::default();
+        let predicted = t.next_id();
+        let a = t.insert(request());
+        assert_eq!(a, predicted);
+        let b = t.insert(request());
+        assert_ne!(a, b);
+        t.remove(a).unwrap();
+        assert!(t.get(a).is_none());
+        let predicted = t.next_id();
+        let c = t.insert(request());
+        assert_eq!(c, predicted);
+        assert_ne!(a, c, "a reused slot gets a new generation");
+        assert!(t.remove(a).is_none(), "a stale id frees nothing");
+        assert_eq!(t.len(), 2);
+    }
+}

@@ -1,0 +1,95 @@
+//! Node selection (Kafka KIP-601's `leastLoadedNode`, as DESIGN.md states it).
+
+use crate::config::SelectionRule;
+use crate::event::NodeState;
+use crate::ids::NodeId;
+use crate::node::Node;
+use crate::pool::Pool;
+use crate::time::Instant;
+
+/// The node a request should go to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Selection {
+    /// A ready, writable node with free capacity and the fewest requests in flight.
+    Ready(NodeId),
+    /// No such node; this one is connecting or handshaking.
+    Connecting(NodeId),
+    /// No such node either; this one is disconnected and past its backoff: submitting to it
+    /// opens a connection.
+    Connect(NodeId),
+    /// No node can take a request now.
+    None {
+        /// Only because every ready node is at its in-flight limit (a response will free one).
+        all_full: bool,
+    },
+}
+
+impl Pool {
+    pub(crate) fn pick(&mut self, now: Instant) -> Selection {
+        let count = self.nodes.len();
+        if count == 0 {
+            return Selection::None { all_full: false };
+        }
+        let offset = self.rng.below(count);
+        let max_in_flight = self.config.max_in_flight as usize;
+        let rule = self.config.selection;
+        let mut ready: Option<(usize, NodeId)> = None;
+        let mut connecting: Option<NodeId> = None;
+        let mut disconnected: Option<(u32, Option<Instant>, NodeId)> = None;
+        let (mut ready_seen, mut ready_full) = (0, 0);
+        let candidates = (0..count).filter_map(|i| self.nodes[(offset + i) % count].node.as_ref());
+        for node in candidates.filter(|n| n.admitted(now)) {
+            match node.state {
+                NodeState::Ready => {
+                    ready_seen += 1;
+                    if !node.outbound.is_writable() {
+                        continue;
+                    }
+                    if node.requests >= max_in_flight {
+                        ready_full += 1;
+                        continue;
+                    }
+                    if node.requests == 0 {
+                        return Selection::Ready(node.id);
+                    }
+                    if ready.is_none_or(|(load, _)| node.requests < load) {
+                        ready = Some((node.requests, node.id));
+                    }
+                }
+                NodeState::Connecting | NodeState::Handshaking => {
+                    connecting.get_or_insert(node.id);
+                }
+                _ => {
+                    let Some(key) = reconnect_rank(node, now, rule) else { continue };
+                    if disconnected.is_none_or(|(a, t, _)| key < (a, t)) {
+                        disconnected = Some((key.0, key.1, node.id));
+                    }
+                }
+            }
+        }
+        if let Some((_, id)) = ready {
+            Selection::Ready(id)
+        } else if let Some(id) = connecting {
+            Selection::Connecting(id)
+        } else if let Some((_, _, id)) = disconnected {
+            Selection::Connect(id)
+        } else {
+            Selection::None { all_full: ready_seen > 0 && ready_full == ready_seen }
+        }
+    }
+}
+
+/// The rank of a disconnected node past its backoff (lower is better): with KIP-601's rule,
+/// fewest failed attempts then least recently attempted; with Kafka's shipped rule, least
+/// recently attempted. A node never attempted counts as least recently attempted.
+fn reconnect_rank(node: &Node, now: Instant, rule: SelectionRule) -> Option<(u32, Option<Instant>)> {
+    let reconnect_at = node.reconnect_at()?;
+    if now < reconnect_at {
+        return None;
+    }
+    Some(match rule {
+        SelectionRule::LeastRecentlyAttempted => (0, node.last_attempt),
+        _ => (node.failed_attempts, node.last_attempt),
+    })
+}

@@ -1,0 +1,1 @@
+//! Scenario tests with a hand-driven clock.
