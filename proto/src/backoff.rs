@@ -35,13 +35,22 @@ impl Backoff {
         }
         let base = self.base.as_nanos();
         let max = self.max.as_nanos();
-        let term = if n >= 127 { max } else { base.saturating_mul(1u128 << n).min(max) };
+        let term = if n >= 127 {
+            max
+        } else {
+            base.saturating_mul(1u128 << n).min(max)
+        };
         let factor = 1.0 - self.jitter + 2.0 * self.jitter * draw.get();
         // Nanoseconds of any sane timeout fit an f64's 53-bit mantissa exactly.
-        let jittered = (term as f64 * factor) as u128;
+        let jittered = libm_floor(term as f64 * factor);
         let nanos = jittered.min(max);
         Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
+}
+
+/// `x.floor() as u128` for the non-negative values here (`f64::floor` needs std).
+fn libm_floor(x: f64) -> u128 {
+    x as u128 // `as` truncates toward zero, which is floor for x >= 0
 }
 
 #[cfg(test)]
@@ -53,20 +62,32 @@ mod tests {
     }
 
     fn reconnect() -> Backoff {
-        Backoff { base: ms(50), max: ms(1000), jitter: 0.2 }
+        Backoff {
+            base: ms(50),
+            max: ms(1000),
+            jitter: 0.2,
+        }
     }
 
     #[test]
     fn reconnect_sequence_without_jitter_draw() {
         let seq: [u64; 7] = [50, 100, 200, 400, 800, 1000, 1000];
         for (n, want) in seq.iter().enumerate() {
-            assert_eq!(reconnect().delay(n as u32, Unit::HALF), ms(*want), "step {n}");
+            assert_eq!(
+                reconnect().delay(n as u32, Unit::HALF),
+                ms(*want),
+                "step {n}"
+            );
         }
     }
 
     #[test]
     fn setup_timeout_sequence_without_jitter_draw() {
-        let b = Backoff { base: ms(10_000), max: ms(30_000), jitter: 0.2 };
+        let b = Backoff {
+            base: ms(10_000),
+            max: ms(30_000),
+            jitter: 0.2,
+        };
         let got: [Duration; 4] = core::array::from_fn(|n| b.delay(n as u32, Unit::HALF));
         assert_eq!(got, [ms(10_000), ms(20_000), ms(30_000), ms(30_000)]);
     }
@@ -75,8 +96,9 @@ mod tests {
     fn jitter_extremes() {
         let b = reconnect();
         assert_eq!(b.delay(0, Unit::ZERO), ms(40));
+        // The top draw gives 1.2 · base to within a nanosecond (f64 rounding at the edge).
         let high = b.delay(0, Unit::MAX);
-        assert!(high < ms(60) && high > ms(59), "{high:?}");
+        assert!(high <= ms(60) && high > ms(59), "{high:?}");
         // At the cap, a high draw cannot exceed max, a low one goes down to 0.8 max.
         assert_eq!(b.delay(9, Unit::MAX), ms(1000));
         assert_eq!(b.delay(9, Unit::ZERO), ms(800));
@@ -84,17 +106,29 @@ mod tests {
 
     #[test]
     fn base_at_or_above_max_is_exactly_max() {
-        let b = Backoff { base: ms(2000), max: ms(1000), jitter: 0.2 };
+        let b = Backoff {
+            base: ms(2000),
+            max: ms(1000),
+            jitter: 0.2,
+        };
         assert_eq!(b.delay(0, Unit::ZERO), ms(1000));
         assert_eq!(b.delay(5, Unit::MAX), ms(1000));
-        let b = Backoff { base: ms(1000), max: ms(1000), jitter: 0.2 };
+        let b = Backoff {
+            base: ms(1000),
+            max: ms(1000),
+            jitter: 0.2,
+        };
         assert_eq!(b.delay(0, Unit::ZERO), ms(1000));
     }
 
     #[test]
     fn huge_step_counts_do_not_overflow() {
         assert_eq!(reconnect().delay(u32::MAX, Unit::HALF), ms(1000));
-        let b = Backoff { base: Duration::from_nanos(1), max: Duration::MAX, jitter: 0.0 };
+        let b = Backoff {
+            base: Duration::from_nanos(1),
+            max: Duration::MAX,
+            jitter: 0.0,
+        };
         assert_eq!(b.delay(200, Unit::HALF), Duration::from_nanos(u64::MAX));
     }
 }

@@ -122,7 +122,12 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         positive("setup_timeout", self.setup_timeout)?;
         positive("setup_timeout_max", self.setup_timeout_max)?;
-        at_least("setup_timeout_max", self.setup_timeout_max, "setup_timeout", self.setup_timeout)?;
+        at_least(
+            "setup_timeout_max",
+            self.setup_timeout_max,
+            "setup_timeout",
+            self.setup_timeout,
+        )?;
         jitter("setup_timeout_jitter", self.setup_timeout_jitter)?;
         positive("reconnect_backoff", self.reconnect_backoff)?;
         positive("reconnect_backoff_max", self.reconnect_backoff_max)?;
@@ -136,7 +141,9 @@ impl Config {
         bounded("write_timeout", self.write_timeout)?;
         bounded("idle_timeout", self.idle_timeout)?;
         if self.high_watermark == 0 {
-            return Err(ConfigError::Zero { field: "high_watermark" });
+            return Err(ConfigError::Zero {
+                field: "high_watermark",
+            });
         }
         if self.low_watermark > self.high_watermark {
             return Err(ConfigError::WatermarksInverted {
@@ -145,14 +152,20 @@ impl Config {
             });
         }
         if self.max_in_flight == 0 {
-            return Err(ConfigError::Zero { field: "max_in_flight" });
+            return Err(ConfigError::Zero {
+                field: "max_in_flight",
+            });
         }
         if self.quarantine_after == 0 {
-            return Err(ConfigError::Zero { field: "quarantine_after" });
+            return Err(ConfigError::Zero {
+                field: "quarantine_after",
+            });
         }
         positive("probe_backoff", self.probe_backoff)?;
         if self.memory_budget == Some(0) {
-            return Err(ConfigError::Zero { field: "memory_budget" });
+            return Err(ConfigError::Zero {
+                field: "memory_budget",
+            });
         }
         self.socket.validate()
     }
@@ -175,8 +188,12 @@ impl Config {
 
     /// The delay before probe `n` (0 for the first): `probe_backoff · 2^n`, no jitter.
     pub(crate) fn probe_delay(&self, n: u32) -> Duration {
-        Backoff { base: self.probe_backoff, max: MAX_DURATION, jitter: 0.0 }
-            .delay(n, crate::rng::Unit::ZERO)
+        Backoff {
+            base: self.probe_backoff,
+            max: MAX_DURATION,
+            jitter: 0.0,
+        }
+        .delay(n, crate::rng::Unit::ZERO)
     }
 }
 
@@ -217,20 +234,29 @@ impl SocketOptions {
             whole_seconds("socket.keepalive.idle", k.idle)?;
             whole_seconds("socket.keepalive.interval", k.interval)?;
             if k.retries == 0 {
-                return Err(ConfigError::Zero { field: "socket.keepalive.retries" });
+                return Err(ConfigError::Zero {
+                    field: "socket.keepalive.retries",
+                });
             }
         }
         if let Some(t) = self.user_timeout {
             positive("socket.user_timeout", t)?;
             if t.as_millis() > u128::from(u32::MAX) {
-                return Err(ConfigError::TooLong { field: "socket.user_timeout", value: t });
+                return Err(ConfigError::TooLong {
+                    field: "socket.user_timeout",
+                    value: t,
+                });
             }
         }
         if self.send_buffer_size == Some(0) {
-            return Err(ConfigError::Zero { field: "socket.send_buffer_size" });
+            return Err(ConfigError::Zero {
+                field: "socket.send_buffer_size",
+            });
         }
         if self.recv_buffer_size == Some(0) {
-            return Err(ConfigError::Zero { field: "socket.recv_buffer_size" });
+            return Err(ConfigError::Zero {
+                field: "socket.recv_buffer_size",
+            });
         }
         Ok(())
     }
@@ -249,7 +275,11 @@ pub struct Keepalive {
 
 impl Default for Keepalive {
     fn default() -> Self {
-        Self { idle: Duration::from_secs(10), interval: Duration::from_secs(5), retries: 3 }
+        Self {
+            idle: Duration::from_secs(10),
+            interval: Duration::from_secs(5),
+            retries: 3,
+        }
     }
 }
 
@@ -360,7 +390,12 @@ fn at_least(
     base: Duration,
 ) -> Result<(), ConfigError> {
     if max < base {
-        return Err(ConfigError::MaxBelowBase { max_field, max, base_field, base });
+        return Err(ConfigError::MaxBelowBase {
+            max_field,
+            max,
+            base_field,
+            base,
+        });
     }
     Ok(())
 }
@@ -373,7 +408,10 @@ fn jitter(field: &'static str, value: f64) -> Result<(), ConfigError> {
 }
 
 fn whole_seconds(field: &'static str, value: Duration) -> Result<(), ConfigError> {
-    if value.subsec_nanos() != 0 || value.as_secs() == 0 || value.as_secs() > u64::from(i32::MAX as u32) {
+    if value.subsec_nanos() != 0
+        || value.as_secs() == 0
+        || value.as_secs() > u64::from(i32::MAX as u32)
+    {
         return Err(ConfigError::NotWholeSeconds { field, value });
     }
     Ok(())
@@ -408,31 +446,75 @@ mod tests {
     #[test]
     fn every_rule_is_checked_and_named() {
         let cases: [(fn(&mut Config), &str); 16] = [
-            (|c| c.setup_timeout = Duration::ZERO, "setup_timeout must be greater than zero"),
+            (
+                |c| c.setup_timeout = Duration::ZERO,
+                "setup_timeout must be greater than zero",
+            ),
             (
                 |c| c.setup_timeout_max = Duration::from_secs(5),
                 "setup_timeout_max (5s) must be at least setup_timeout (10s)",
             ),
-            (|c| c.setup_timeout_jitter = 1.0, "setup_timeout_jitter (1) must be in [0, 1)"),
-            (|c| c.reconnect_jitter = -0.1, "reconnect_jitter (-0.1) must be in [0, 1)"),
-            (|c| c.reconnect_jitter = f64::NAN, "reconnect_jitter (NaN) must be in [0, 1)"),
-            (|c| c.reconnect_backoff = Duration::ZERO, "reconnect_backoff must be greater than zero"),
+            (
+                |c| c.setup_timeout_jitter = 1.0,
+                "setup_timeout_jitter (1) must be in [0, 1)",
+            ),
+            (
+                |c| c.reconnect_jitter = -0.1,
+                "reconnect_jitter (-0.1) must be in [0, 1)",
+            ),
+            (
+                |c| c.reconnect_jitter = f64::NAN,
+                "reconnect_jitter (NaN) must be in [0, 1)",
+            ),
+            (
+                |c| c.reconnect_backoff = Duration::ZERO,
+                "reconnect_backoff must be greater than zero",
+            ),
             (
                 |c| c.reconnect_backoff_max = Duration::from_millis(10),
                 "reconnect_backoff_max (10ms) must be at least reconnect_backoff (50ms)",
             ),
-            (|c| c.low_watermark = c.high_watermark + 1, "low_watermark (16777217) must not exceed high_watermark (16777216)"),
-            (|c| c.high_watermark = 0, "high_watermark must be greater than zero"),
-            (|c| c.max_in_flight = 0, "max_in_flight must be greater than zero"),
-            (|c| c.quarantine_after = 0, "quarantine_after must be greater than zero"),
-            (|c| c.probe_backoff = Duration::ZERO, "probe_backoff must be greater than zero"),
-            (|c| c.memory_budget = Some(0), "memory_budget must be greater than zero"),
             (
-                |c| c.socket.keepalive = Some(Keepalive { idle: Duration::from_millis(1500), ..Keepalive::default() }),
+                |c| c.low_watermark = c.high_watermark + 1,
+                "low_watermark (16777217) must not exceed high_watermark (16777216)",
+            ),
+            (
+                |c| c.high_watermark = 0,
+                "high_watermark must be greater than zero",
+            ),
+            (
+                |c| c.max_in_flight = 0,
+                "max_in_flight must be greater than zero",
+            ),
+            (
+                |c| c.quarantine_after = 0,
+                "quarantine_after must be greater than zero",
+            ),
+            (
+                |c| c.probe_backoff = Duration::ZERO,
+                "probe_backoff must be greater than zero",
+            ),
+            (
+                |c| c.memory_budget = Some(0),
+                "memory_budget must be greater than zero",
+            ),
+            (
+                |c| {
+                    c.socket.keepalive = Some(Keepalive {
+                        idle: Duration::from_millis(1500),
+                        ..Keepalive::default()
+                    })
+                },
                 "socket.keepalive.idle (1.5s) must be a whole number of seconds, at least 1",
             ),
-            (|c| c.socket.user_timeout = Some(Duration::ZERO), "socket.user_timeout must be greater than zero"),
-            (|c| c.write_timeout = MAX_DURATION + Duration::from_secs(1), "write_timeout (31536001s) is too long"),
+            (
+                |c| c.socket.user_timeout = Some(Duration::ZERO),
+                "socket.user_timeout must be greater than zero",
+            ),
+            (
+                |c| c.write_timeout = MAX_DURATION + Duration::from_secs(1),
+                "write_timeout (31536001s) is too long",
+            ),
         ];
         for (change, message) in cases {
             assert_eq!(rejects(change).to_string(), message);

@@ -48,13 +48,21 @@ impl ConnId {
 
 impl fmt::Debug for ConnId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "conn{}.{}/{}", self.node.index, self.node.generation, self.generation)
+        write!(
+            f,
+            "conn{}.{}/{}",
+            self.node.index, self.node.generation, self.generation
+        )
     }
 }
 
 impl fmt::Display for ConnId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "connection {} of node {}", self.generation, self.node.index)
+        write!(
+            f,
+            "connection {} of node {}",
+            self.generation, self.node.index
+        )
     }
 }
 

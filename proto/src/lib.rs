@@ -33,10 +33,12 @@ mod timers;
 mod tests;
 
 pub use backoff::Backoff;
-pub use config::{AfterLastProbe, Config, ConfigError, Keepalive, SelectionRule, SocketOptions, MAX_DURATION};
+pub use config::{
+    AfterLastProbe, Config, ConfigError, Keepalive, MAX_DURATION, SelectionRule, SocketOptions,
+};
 pub use counters::Counters;
 pub use event::{
-    Action, CloseReason, EvictReason, Event, Failure, HandleError, NodeState, Outcome, Phase,
+    Action, CloseReason, Event, EvictReason, Failure, HandleError, NodeState, Outcome, Phase,
     QuarantineCause, Readmission, Reason, SubmitError, Unavailable, Violation,
 };
 pub use ids::{ConnId, NodeId, RequestId};

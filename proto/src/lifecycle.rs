@@ -9,7 +9,7 @@ use core::time::Duration;
 
 use crate::config::AfterLastProbe;
 use crate::event::{
-    Action, CloseReason, EvictReason, Event, HandleError, NodeState, Outcome, Phase,
+    Action, CloseReason, Event, EvictReason, HandleError, NodeState, Outcome, Phase,
     QuarantineCause, Readmission, Reason, Violation,
 };
 use crate::ids::{ConnId, NodeId, RequestId};
@@ -28,7 +28,9 @@ impl Pool {
     /// connections and its backoff allows, else as soon as it does.
     pub(crate) fn demand_connection(&mut self, node: NodeId, now: Instant) {
         let Ok(n) = self.node_mut(node) else { return };
-        let Some(reconnect_at) = n.reconnect_at() else { return };
+        let Some(reconnect_at) = n.reconnect_at() else {
+            return;
+        };
         if now >= reconnect_at {
             self.open(node, now, Reason::Demand);
         } else {
@@ -47,18 +49,30 @@ impl Pool {
         let setup = backoff.delay(n.setup_failures, draw);
         let reconnect = n.conn_generation > 0;
         n.conn_generation = n.conn_generation.wrapping_add(1);
-        n.conn = Some(Conn { generation: n.conn_generation, ready_at: None, probe: reason == Reason::Probe });
+        n.conn = Some(Conn {
+            generation: n.conn_generation,
+            ready_at: None,
+            probe: reason == Reason::Probe,
+        });
         n.want_connection = false;
         n.last_attempt = Some(now);
         n.timers.stop(NodeTimer::Reconnect);
-        let conn = ConnId { node, generation: n.conn_generation };
+        let conn = ConnId {
+            node,
+            generation: n.conn_generation,
+        };
         let addr = n.addr;
         self.counters.connects += 1;
         if reconnect {
             self.counters.reconnects += 1;
         }
         self.arm(node, NodeTimer::Setup, now.expiry_after(setup));
-        self.actions.push_back(Action::Open { conn, addr, options, deadline: now + setup });
+        self.actions.push_back(Action::Open {
+            conn,
+            addr,
+            options,
+            deadline: now + setup,
+        });
         self.set_state(node, now, NodeState::Connecting, reason);
     }
 
@@ -113,11 +127,21 @@ impl Pool {
         Some(bytes)
     }
 
-    pub(crate) fn written(&mut self, node: NodeId, conn: ConnId, now: Instant, n: usize) -> Result<(), HandleError> {
+    pub(crate) fn written(
+        &mut self,
+        node: NodeId,
+        conn: ConnId,
+        now: Instant,
+        n: usize,
+    ) -> Result<(), HandleError> {
         let low = self.config.low_watermark;
         let node_ref = self.node_mut(node)?;
         let Some(frame) = node_ref.outbound.front_live() else {
-            return if n == 0 { Ok(()) } else { Err(HandleError::Overwritten) };
+            return if n == 0 {
+                Ok(())
+            } else {
+                Err(HandleError::Overwritten)
+            };
         };
         if n > 0 && (!frame.handed_out || n > frame.bytes.len() - frame.written) {
             return Err(HandleError::Overwritten);
@@ -138,10 +162,16 @@ impl Pool {
         let pending = node_ref.outbound.pending();
         self.total_pending -= cost;
         if flip == Some(Flip::BecameWritable) {
-            self.events.push_back(Event::Writability { node, writable: true, pending });
+            self.events.push_back(Event::Writability {
+                node,
+                writable: true,
+                pending,
+            });
         }
         if let Some(r) = self.requests.get_mut(id) {
-            r.stage = Stage::Sent { conn: conn.generation };
+            r.stage = Stage::Sent {
+                conn: conn.generation,
+            };
             self.track_awaiting(node, id);
         }
         self.rearm_write_timer(node);
@@ -151,8 +181,12 @@ impl Pool {
     /// A frame handed out came back with no byte written: it is queued again, or dropped
     /// unsent now if its request ended meanwhile.
     fn returned_unwritten(&mut self, node: NodeId, id: RequestId, now: Instant) {
-        let Some(r) = self.requests.get_mut(id) else { return };
-        let Stage::Writing { seq } = r.stage else { return };
+        let Some(r) = self.requests.get_mut(id) else {
+            return;
+        };
+        let Stage::Writing { seq } = r.stage else {
+            return;
+        };
         r.stage = Stage::Queued { seq };
         if r.ended {
             self.drop_unsent(node, id, seq);
@@ -166,7 +200,9 @@ impl Pool {
         if n.awaiting.len() > 2 * n.requests + 16 {
             let mut awaiting = core::mem::take(&mut n.awaiting);
             awaiting.retain(|&a| {
-                self.requests.get(a).is_some_and(|r| matches!(r.stage, Stage::Sent { .. }))
+                self.requests
+                    .get(a)
+                    .is_some_and(|r| matches!(r.stage, Stage::Sent { .. }))
             });
             if let Ok(n) = self.node_mut(node) {
                 n.awaiting = awaiting;
@@ -182,11 +218,15 @@ impl Pool {
         id: RequestId,
         payload: Bytes,
     ) -> Result<(), HandleError> {
-        let on_this_conn = self.requests.get(id).filter(|r| r.node == node).map(|r| match r.stage {
-            Stage::Sent { conn: generation } => generation == conn.generation,
-            Stage::Writing { .. } => true,
-            Stage::Queued { .. } => false,
-        });
+        let on_this_conn =
+            self.requests
+                .get(id)
+                .filter(|r| r.node == node)
+                .map(|r| match r.stage {
+                    Stage::Sent { conn: generation } => generation == conn.generation,
+                    Stage::Writing { .. } => true,
+                    Stage::Queued { .. } => false,
+                });
         if on_this_conn != Some(true) {
             self.counters.protocol_violations += 1;
             let violation = Violation::UnknownRequest(id);
@@ -211,18 +251,27 @@ impl Pool {
 
     /// Emits the request's one and only [`Event::RequestDone`].
     pub(crate) fn end_request(&mut self, id: RequestId, outcome: Outcome) {
-        let Some(r) = self.requests.get_mut(id) else { return };
+        let Some(r) = self.requests.get_mut(id) else {
+            return;
+        };
         if r.ended {
             return;
         }
         r.ended = true;
         let (node, retried) = (r.node, r.retried);
-        self.events.push_back(Event::RequestDone { id, node, outcome, retried });
+        self.events.push_back(Event::RequestDone {
+            id,
+            node,
+            outcome,
+            retried,
+        });
     }
 
     /// Releases the request's slot (after it ended and nothing more can arrive for it).
     pub(crate) fn free_request(&mut self, id: RequestId, now: Instant) {
-        let Some(r) = self.requests.remove(id) else { return };
+        let Some(r) = self.requests.remove(id) else {
+            return;
+        };
         debug_assert!(r.ended);
         if let Ok(n) = self.node_mut(r.node) {
             n.requests -= 1;
@@ -234,12 +283,20 @@ impl Pool {
     fn drop_unsent(&mut self, node: NodeId, id: RequestId, seq: u64) {
         let low = self.config.low_watermark;
         let Ok(n) = self.node_mut(node) else { return };
-        let cost = n.outbound.get(seq).filter(|f| f.id == id).map_or(0, |f| f.cost);
+        let cost = n
+            .outbound
+            .get(seq)
+            .filter(|f| f.id == id)
+            .map_or(0, |f| f.cost);
         let flip = n.outbound.drop_unsent(seq, low);
         let pending = n.outbound.pending();
         self.total_pending -= cost;
         if flip == Some(Flip::BecameWritable) {
-            self.events.push_back(Event::Writability { node, writable: true, pending });
+            self.events.push_back(Event::Writability {
+                node,
+                writable: true,
+                pending,
+            });
         }
         self.rearm_write_timer(node);
     }
@@ -248,7 +305,9 @@ impl Pool {
     /// queued frame is dropped unsent and the slot freed; a (partly) written one keeps its slot
     /// until its frame is written and its late response arrives or the connection closes.
     pub(crate) fn abandon(&mut self, id: RequestId, now: Instant, outcome: Outcome) {
-        let Some(r) = self.requests.get(id) else { return };
+        let Some(r) = self.requests.get(id) else {
+            return;
+        };
         let (node, stage) = (r.node, r.stage);
         self.end_request(id, outcome);
         if let Stage::Queued { seq } = stage {
@@ -258,15 +317,29 @@ impl Pool {
     }
 
     fn request_deadline(&mut self, id: RequestId, now: Instant) {
-        let Some(r) = self.requests.get(id) else { return };
+        let Some(r) = self.requests.get(id) else {
+            return;
+        };
         let node = r.node;
         if let Stage::Queued { .. } = r.stage {
             self.counters.queued_deadline_drops += 1;
-            self.abandon(id, now, Outcome::DeadlineExceeded { phase: Phase::Queued });
+            self.abandon(
+                id,
+                now,
+                Outcome::DeadlineExceeded {
+                    phase: Phase::Queued,
+                },
+            );
             return;
         }
         self.counters.request_timeouts += 1;
-        self.abandon(id, now, Outcome::DeadlineExceeded { phase: Phase::InFlight });
+        self.abandon(
+            id,
+            now,
+            Outcome::DeadlineExceeded {
+                phase: Phase::InFlight,
+            },
+        );
         let threshold = self.config.quarantine_after;
         let Ok(n) = self.node_mut(node) else { return };
         n.timeouts += 1;
@@ -282,11 +355,20 @@ impl Pool {
     /// `reason`, releases its pending bytes without a writability event, counts the failure,
     /// and moves the node to `Disconnected` with its backoff (or `AuthFailed`, or `Closed`).
     /// `tell_adapter` emits [`Action::Close`] (not needed when the adapter reported the close).
-    pub(crate) fn close(&mut self, node: NodeId, now: Instant, reason: CloseReason, tell_adapter: bool) {
+    pub(crate) fn close(
+        &mut self,
+        node: NodeId,
+        now: Instant,
+        reason: CloseReason,
+        tell_adapter: bool,
+    ) {
         let Ok(n) = self.node_mut(node) else { return };
         let prev = n.state;
         let conn = n.conn.take();
-        let conn_id = conn.map(|c| ConnId { node, generation: c.generation });
+        let conn_id = conn.map(|c| ConnId {
+            node,
+            generation: c.generation,
+        });
         let had_requests = n.requests > 0;
         n.timers.stop(NodeTimer::Setup);
         n.timers.stop(NodeTimer::WriteTimeout);
@@ -380,9 +462,16 @@ impl Pool {
         n.timers.stop(NodeTimer::Idle);
         self.counters.evictions += 1;
         self.events.push_back(Event::Evicted { conn, reason });
-        self.actions.push_back(Action::Close { conn, reason: CloseReason::Evicted(reason) });
+        self.actions.push_back(Action::Close {
+            conn,
+            reason: CloseReason::Evicted(reason),
+        });
 
-        let Some(n) = self.nodes.get_mut(node.index()).and_then(|s| s.node.as_mut()) else {
+        let Some(n) = self
+            .nodes
+            .get_mut(node.index())
+            .and_then(|s| s.node.as_mut())
+        else {
             return;
         };
         let before = n.outbound.pending();
@@ -408,7 +497,12 @@ impl Pool {
         }
         self.counters.eviction_retries += kept.len() as u64;
         let reason = Reason::Closed(CloseReason::Evicted(reason));
-        self.set_state(node, now, NodeState::Disconnected { reconnect_at: now }, reason);
+        self.set_state(
+            node,
+            now,
+            NodeState::Disconnected { reconnect_at: now },
+            reason,
+        );
         let admitted = self.node(node).is_ok_and(|n| n.quarantine.is_none());
         if !kept.is_empty() && admitted && !self.shut_down {
             self.open(node, now, Reason::Demand);
@@ -419,10 +513,17 @@ impl Pool {
     /// connection (it is never trusted for readmission), and schedule the first probe.
     pub(crate) fn quarantine(&mut self, node: NodeId, now: Instant, cause: QuarantineCause) {
         let Ok(n) = self.node_mut(node) else { return };
-        n.quarantine = Some(Quarantine { probes_failed: 0, exhausted: false });
+        n.quarantine = Some(Quarantine {
+            probes_failed: 0,
+            exhausted: false,
+        });
         let busy = n.conn.is_some() || n.requests > 0;
         self.counters.quarantines += 1;
-        self.events.push_back(Event::Quarantined { node, cause, at: now });
+        self.events.push_back(Event::Quarantined {
+            node,
+            cause,
+            at: now,
+        });
         if busy {
             self.close(node, now, CloseReason::Quarantined, true);
         }
@@ -434,7 +535,9 @@ impl Pool {
     fn schedule_probe(&mut self, node: NodeId, now: Instant) {
         let (retries, after) = (self.config.probe_retries, self.config.after_last_probe);
         let Ok(n) = self.node_mut(node) else { return };
-        let Some(q) = n.quarantine.as_mut() else { return };
+        let Some(q) = n.quarantine.as_mut() else {
+            return;
+        };
         if q.probes_failed >= retries {
             match after {
                 AfterLastProbe::Readmit => self.readmit(node, now, Readmission::GaveUp),
@@ -465,7 +568,8 @@ impl Pool {
         n.timeouts = 0;
         n.timers.stop(NodeTimer::Probe);
         self.counters.readmissions += 1;
-        self.events.push_back(Event::Readmitted { node, via, at: now });
+        self.events
+            .push_back(Event::Readmitted { node, via, at: now });
     }
 
     // ---------------------------------------------------------------------------------------
@@ -566,7 +670,9 @@ impl Pool {
 
     fn timer_valid(&self, at: Instant, key: TimerKey) -> bool {
         match key {
-            TimerKey::Node(node, timer) => self.node(node).is_ok_and(|n| n.timers.get(timer) == Some(at)),
+            TimerKey::Node(node, timer) => self
+                .node(node)
+                .is_ok_and(|n| n.timers.get(timer) == Some(at)),
             TimerKey::Request(id) => self
                 .requests
                 .get(id)
@@ -599,6 +705,12 @@ impl Pool {
             return;
         }
         n.state = to;
-        self.events.push_back(Event::StateChanged { node, from, to, reason, at: now });
+        self.events.push_back(Event::StateChanged {
+            node,
+            from,
+            to,
+            reason,
+            at: now,
+        });
     }
 }

@@ -70,7 +70,9 @@ impl Node {
         Self {
             id,
             addr,
-            state: NodeState::Disconnected { reconnect_at: Instant::ZERO },
+            state: NodeState::Disconnected {
+                reconnect_at: Instant::ZERO,
+            },
             conn: None,
             conn_generation: 0,
             outbound: Outbound::new(),
@@ -92,7 +94,10 @@ impl Node {
     }
 
     pub(crate) fn conn_id(&self) -> Option<ConnId> {
-        self.conn.map(|c| ConnId { node: self.id, generation: c.generation })
+        self.conn.map(|c| ConnId {
+            node: self.id,
+            generation: c.generation,
+        })
     }
 
     /// Whether `conn` names this node's current connection.

@@ -28,7 +28,11 @@ impl Pending {
     }
 
     pub(crate) fn release(&mut self, cost: u64) {
-        debug_assert!(cost <= self.0, "releasing {cost} of {} pending bytes", self.0);
+        debug_assert!(
+            cost <= self.0,
+            "releasing {cost} of {} pending bytes",
+            self.0
+        );
         self.0 = self.0.saturating_sub(cost);
     }
 }
@@ -210,6 +214,10 @@ impl Outbound {
     /// Sum of live frames' costs, recomputed (for invariant checks).
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn recount(&self) -> u64 {
-        self.frames.iter().filter(|f| !f.dropped).map(|f| f.cost).sum()
+        self.frames
+            .iter()
+            .filter(|f| !f.dropped)
+            .map(|f| f.cost)
+            .sum()
     }
 }

@@ -10,8 +10,8 @@ use bytes::Bytes;
 use crate::config::{Config, ConfigError};
 use crate::counters::Counters;
 use crate::event::{
-    Action, CloseReason, EvictReason, Event, Failure, HandleError, NodeState, Outcome, Reason,
-    Readmission, SubmitError, Unavailable, Violation,
+    Action, CloseReason, Event, EvictReason, Failure, HandleError, NodeState, Outcome, Readmission,
+    Reason, SubmitError, Unavailable, Violation,
 };
 use crate::ids::{ConnId, NodeId, RequestId};
 use crate::node::Node;
@@ -137,12 +137,18 @@ impl Pool {
         let index = match self.free_nodes.pop() {
             Some(index) => index,
             None => {
-                self.nodes.push(NodeSlot { generation: 0, node: None });
+                self.nodes.push(NodeSlot {
+                    generation: 0,
+                    node: None,
+                });
                 (self.nodes.len() - 1) as u32
             }
         };
         let slot = &mut self.nodes[index as usize];
-        let id = NodeId { index, generation: slot.generation };
+        let id = NodeId {
+            index,
+            generation: slot.generation,
+        };
         slot.node = Some(Node::new(id, addr));
         id
     }
@@ -220,7 +226,12 @@ impl Pool {
 
     /// The server asked for backpressure: the node is not selected and refuses new requests
     /// until `until`. A throttle is never shortened by a later, earlier `until`.
-    pub fn throttle(&mut self, now: Instant, node: NodeId, until: Instant) -> Result<(), HandleError> {
+    pub fn throttle(
+        &mut self,
+        now: Instant,
+        node: NodeId,
+        until: Instant,
+    ) -> Result<(), HandleError> {
         self.clock.advance(now);
         let n = self.node_mut(node)?;
         n.throttled_until = n.throttled_until.max(until);
@@ -279,7 +290,11 @@ impl Pool {
     /// now, and its late response is ignored. Ends with [`Outcome::Cancelled`].
     pub fn cancel(&mut self, now: Instant, id: RequestId) -> Result<(), HandleError> {
         let now = self.clock.advance(now);
-        let request = self.requests.get(id).filter(|r| !r.ended).ok_or(HandleError::UnknownRequest)?;
+        let request = self
+            .requests
+            .get(id)
+            .filter(|r| !r.ended)
+            .ok_or(HandleError::UnknownRequest)?;
         let node = request.node;
         self.abandon(id, now, Outcome::Cancelled);
         self.after_request_change(node, now);
@@ -345,7 +360,11 @@ impl Pool {
     ) -> Result<(), HandleError> {
         let now = self.clock.advance(now);
         let node = self.current(conn, |s| s == NodeState::Handshaking)?;
-        let reason = if auth { CloseReason::AuthFailed } else { CloseReason::HandshakeFailed };
+        let reason = if auth {
+            CloseReason::AuthFailed
+        } else {
+            CloseReason::HandshakeFailed
+        };
         self.close(node, now, reason, true);
         self.finish();
         Ok(())
@@ -353,7 +372,12 @@ impl Pool {
 
     /// The kernel accepted `n` bytes of what [`poll_transmit`](Self::poll_transmit) last
     /// handed out for `conn` (0 if the write would block). More than was handed out is refused.
-    pub fn handle_written(&mut self, now: Instant, conn: ConnId, n: usize) -> Result<(), HandleError> {
+    pub fn handle_written(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        n: usize,
+    ) -> Result<(), HandleError> {
         let now = self.clock.advance(now);
         let node = self.current(conn, |s| s == NodeState::Ready)?;
         let result = self.written(node, conn, now, n);
@@ -381,7 +405,12 @@ impl Pool {
 
     /// `conn` failed or the peer closed it. Everything on it ends with
     /// [`CloseReason::Io`] (or [`CloseReason::ConnectFailed`] while connecting).
-    pub fn handle_closed(&mut self, now: Instant, conn: ConnId, failure: Failure) -> Result<(), HandleError> {
+    pub fn handle_closed(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        failure: Failure,
+    ) -> Result<(), HandleError> {
         let now = self.clock.advance(now);
         let node = self.current(conn, |_| true)?;
         let reason = if self.node(node)?.state == NodeState::Connecting {
@@ -396,7 +425,12 @@ impl Pool {
 
     /// The peer on `conn` broke the protocol. proto closes that connection only (an
     /// [`Action::Close`] follows); every request on it ends with [`CloseReason::Protocol`].
-    pub fn handle_violation(&mut self, now: Instant, conn: ConnId, violation: Violation) -> Result<(), HandleError> {
+    pub fn handle_violation(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        violation: Violation,
+    ) -> Result<(), HandleError> {
         let now = self.clock.advance(now);
         let node = self.current(conn, |_| true)?;
         self.counters.protocol_violations += 1;
@@ -447,7 +481,9 @@ impl Pool {
 
     /// Every node's handle, in slot order.
     pub fn nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.nodes.iter().filter_map(|s| s.node.as_ref().map(|n| n.id))
+        self.nodes
+            .iter()
+            .filter_map(|s| s.node.as_ref().map(|n| n.id))
     }
 
     /// The node's connection state.
@@ -516,7 +552,11 @@ impl Pool {
     }
 
     /// The node of `conn` if `conn` is its current connection and its state passes `state_ok`.
-    fn current(&self, conn: ConnId, state_ok: impl Fn(NodeState) -> bool) -> Result<NodeId, HandleError> {
+    fn current(
+        &self,
+        conn: ConnId,
+        state_ok: impl Fn(NodeState) -> bool,
+    ) -> Result<NodeId, HandleError> {
         let node = self.node(conn.node).map_err(|_| HandleError::StaleConn)?;
         if !node.is_current(conn) {
             return Err(HandleError::StaleConn);
@@ -551,7 +591,9 @@ impl Pool {
                 }
                 if now < n.throttled_until {
                     let until = n.throttled_until;
-                    return Err(SubmitError::NodeUnavailable(Unavailable::Throttled { until }));
+                    return Err(SubmitError::NodeUnavailable(Unavailable::Throttled {
+                        until,
+                    }));
                 }
                 id
             }
@@ -582,7 +624,9 @@ impl Pool {
     /// hold pending bytes), so the ones holding the most are refused first and nothing is
     /// closed to free memory.
     fn over_budget(&self, node: NodeId, cost: u64) -> bool {
-        let Some(budget) = self.config.memory_budget else { return false };
+        let Some(budget) = self.config.memory_budget else {
+            return false;
+        };
         if self.total_pending.saturating_add(cost) <= budget {
             return false;
         }
@@ -597,7 +641,14 @@ impl Pool {
         n.outbound.pending().saturating_add(cost) > share
     }
 
-    fn accept(&mut self, node: NodeId, now: Instant, deadline: Instant, frame: Bytes, cost: u64) -> RequestId {
+    fn accept(
+        &mut self,
+        node: NodeId,
+        now: Instant,
+        deadline: Instant,
+        frame: Bytes,
+        cost: u64,
+    ) -> RequestId {
         let id = self.requests.next_id();
         let high = self.config.high_watermark;
         let n = self.node_mut(node).expect("checked by the caller");
@@ -625,9 +676,16 @@ impl Pool {
         debug_assert_eq!(inserted, id);
         self.total_pending += cost;
         self.counters.submitted += 1;
-        self.timers.push(deadline.expiry_after(core::time::Duration::ZERO), crate::timers::TimerKey::Request(id));
+        self.timers.push(
+            deadline.expiry_after(core::time::Duration::ZERO),
+            crate::timers::TimerKey::Request(id),
+        );
         if flip.is_some() {
-            self.events.push_back(Event::Writability { node, writable: false, pending });
+            self.events.push_back(Event::Writability {
+                node,
+                writable: false,
+                pending,
+            });
         }
         self.after_request_change(node, now);
         self.demand_connection(node, now);

@@ -61,7 +61,10 @@ impl Requests {
             return RequestId::new(slot, entry.generation);
         }
         let slot = self.slots.len() as u32;
-        self.slots.push(Slot { generation: 0, request: Some(request) });
+        self.slots.push(Slot {
+            generation: 0,
+            request: Some(request),
+        });
         RequestId::new(slot, 0)
     }
 
@@ -103,7 +106,9 @@ impl Requests {
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn iter(&self) -> impl Iterator<Item = (RequestId, &Request)> {
         self.slots.iter().enumerate().filter_map(|(i, s)| {
-            s.request.as_ref().map(|r| (RequestId::new(i as u32, s.generation), r))
+            s.request
+                .as_ref()
+                .map(|r| (RequestId::new(i as u32, s.generation), r))
         })
     }
 }
@@ -114,7 +119,10 @@ mod tests {
 
     fn request() -> Request {
         Request {
-            node: NodeId { index: 0, generation: 0 },
+            node: NodeId {
+                index: 0,
+                generation: 0,
+            },
             deadline: Instant::ZERO,
             stage: Stage::Queued { seq: 0 },
             retried: false,

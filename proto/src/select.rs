@@ -61,7 +61,9 @@ impl Pool {
                     connecting.get_or_insert(node.id);
                 }
                 _ => {
-                    let Some(key) = reconnect_rank(node, now, rule) else { continue };
+                    let Some(key) = reconnect_rank(node, now, rule) else {
+                        continue;
+                    };
                     if disconnected.is_none_or(|(a, t, _)| key < (a, t)) {
                         disconnected = Some((key.0, key.1, node.id));
                     }
@@ -75,7 +77,9 @@ impl Pool {
         } else if let Some((_, _, id)) = disconnected {
             Selection::Connect(id)
         } else {
-            Selection::None { all_full: ready_seen > 0 && ready_full == ready_seen }
+            Selection::None {
+                all_full: ready_seen > 0 && ready_full == ready_seen,
+            }
         }
     }
 }
@@ -83,7 +87,11 @@ impl Pool {
 /// The rank of a disconnected node past its backoff (lower is better): with KIP-601's rule,
 /// fewest failed attempts then least recently attempted; with Kafka's shipped rule, least
 /// recently attempted. A node never attempted counts as least recently attempted.
-fn reconnect_rank(node: &Node, now: Instant, rule: SelectionRule) -> Option<(u32, Option<Instant>)> {
+fn reconnect_rank(
+    node: &Node,
+    now: Instant,
+    rule: SelectionRule,
+) -> Option<(u32, Option<Instant>)> {
     let reconnect_at = node.reconnect_at()?;
     if now < reconnect_at {
         return None;

@@ -56,7 +56,8 @@ impl Instant {
     /// keepwire's timeouts fire when the elapsed time is *strictly greater* than the limit, so a
     /// 10 s timeout started at `t` fires at `t + 10 s + 1 ns`.
     pub fn expiry_after(self, limit: Duration) -> Self {
-        self.saturating_add(limit).saturating_add(Duration::from_nanos(1))
+        self.saturating_add(limit)
+            .saturating_add(Duration::from_nanos(1))
     }
 }
 
@@ -104,21 +105,33 @@ mod tests {
     fn arithmetic_saturates() {
         assert_eq!(Instant::MAX + Duration::from_secs(1), Instant::MAX);
         assert_eq!(Instant::ZERO - Instant::from_secs(1), Duration::ZERO);
-        assert_eq!(Instant::from_secs(3) - Instant::from_secs(1), Duration::from_secs(2));
+        assert_eq!(
+            Instant::from_secs(3) - Instant::from_secs(1),
+            Duration::from_secs(2)
+        );
         assert_eq!(Instant::MAX + Duration::MAX, Instant::MAX);
     }
 
     #[test]
     fn expiry_is_one_nanosecond_past_the_limit() {
         let t = Instant::from_secs(5);
-        assert_eq!(t.expiry_after(Duration::from_secs(10)).as_nanos(), 15_000_000_001);
+        assert_eq!(
+            t.expiry_after(Duration::from_secs(10)).as_nanos(),
+            15_000_000_001
+        );
     }
 
     #[test]
     fn clock_clamps_time_going_backwards() {
         let mut clock = Clock::new(Instant::from_secs(10));
         assert_eq!(clock.advance(Instant::from_secs(5)), Instant::from_secs(10));
-        assert_eq!(clock.advance(Instant::from_secs(12)), Instant::from_secs(12));
-        assert_eq!(clock.advance(Instant::from_secs(11)), Instant::from_secs(12));
+        assert_eq!(
+            clock.advance(Instant::from_secs(12)),
+            Instant::from_secs(12)
+        );
+        assert_eq!(
+            clock.advance(Instant::from_secs(11)),
+            Instant::from_secs(12)
+        );
     }
 }

@@ -99,10 +99,19 @@ mod tests {
 
     #[test]
     fn heap_pops_earliest_first() {
-        let node = NodeId { index: 0, generation: 0 };
+        let node = NodeId {
+            index: 0,
+            generation: 0,
+        };
         let mut h = TimerHeap::default();
-        h.push(Instant::from_secs(3), TimerKey::Node(node, NodeTimer::Setup));
-        h.push(Instant::from_secs(1), TimerKey::Request(RequestId::new(0, 0)));
+        h.push(
+            Instant::from_secs(3),
+            TimerKey::Node(node, NodeTimer::Setup),
+        );
+        h.push(
+            Instant::from_secs(1),
+            TimerKey::Request(RequestId::new(0, 0)),
+        );
         h.push(Instant::from_secs(2), TimerKey::Node(node, NodeTimer::Idle));
         assert_eq!(h.peek().unwrap().0, Instant::from_secs(1));
         let order: alloc::vec::Vec<_> = core::iter::from_fn(|| h.pop()).map(|e| e.0).collect();

@@ -1,1 +1,208 @@
-//! Scenario tests with a hand-driven clock.
+//! Scenario tests with a hand-driven clock: a [`Harness`] owns a pool and the time, plays the
+//! adapter's part on request, and collects what the pool emits.
+
+mod lifecycle;
+mod pool;
+mod props;
+
+use alloc::vec::Vec;
+use core::net::SocketAddr;
+use core::time::Duration;
+
+use bytes::Bytes;
+
+use crate::{
+    Action, Config, ConnId, Event, Instant, NodeId, NodeState, Outcome, Pool, RequestId, Target,
+};
+
+pub(crate) fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+pub(crate) fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// A config without jitter, so every timeout in a test is exact, and without quarantine, so a
+/// lifecycle test can fail a node as often as it likes.
+pub(crate) fn exact() -> Config {
+    let mut c = Config::default();
+    c.setup_timeout_jitter = 0.0;
+    c.reconnect_jitter = 0.0;
+    c.quarantine_after = u32::MAX;
+    c
+}
+
+pub(crate) struct Harness {
+    pub(crate) pool: Pool,
+    pub(crate) now: Instant,
+    pub(crate) events: Vec<Event>,
+    pub(crate) actions: Vec<Action>,
+}
+
+impl Harness {
+    pub(crate) fn new(config: Config) -> Self {
+        // Start away from zero so "time going backwards" has room.
+        let now = Instant::from_secs(1_000);
+        Self {
+            pool: Pool::new(config, now).unwrap(),
+            now,
+            events: Vec::new(),
+            actions: Vec::new(),
+        }
+    }
+
+    pub(crate) fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    pub(crate) fn add(&mut self) -> NodeId {
+        let port = 9000 + self.pool.nodes().count() as u16;
+        self.pool.add_node(self.now, Self::addr(port))
+    }
+
+    /// Moves time forward and fires due timers.
+    pub(crate) fn advance(&mut self, d: Duration) {
+        self.now = self.now + d;
+        self.pool.handle_timeout(self.now);
+        self.collect();
+    }
+
+    /// Moves time to `at` (if later) and fires due timers.
+    pub(crate) fn advance_to(&mut self, at: Instant) {
+        self.now = self.now.max(at);
+        self.pool.handle_timeout(self.now);
+        self.collect();
+    }
+
+    /// Drains the pool's actions and events into the harness.
+    pub(crate) fn collect(&mut self) {
+        while let Some(a) = self.pool.poll_action() {
+            self.actions.push(a);
+        }
+        while let Some(e) = self.pool.poll_event() {
+            self.events.push(e);
+        }
+    }
+
+    pub(crate) fn take_actions(&mut self) -> Vec<Action> {
+        self.collect();
+        core::mem::take(&mut self.actions)
+    }
+
+    pub(crate) fn take_events(&mut self) -> Vec<Event> {
+        self.collect();
+        core::mem::take(&mut self.events)
+    }
+
+    /// The connection of the last `Open` action, with its setup deadline.
+    pub(crate) fn expect_open(&mut self) -> (ConnId, Instant) {
+        let opens: Vec<_> = self
+            .take_actions()
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::Open { conn, deadline, .. } => Some((conn, deadline)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(opens.len(), 1, "expected exactly one Open, got {opens:?}");
+        opens[0]
+    }
+
+    /// Asks for a connection, waiting out the reconnect backoff if there is one; returns the
+    /// new connection and its setup deadline.
+    pub(crate) fn open(&mut self, node: NodeId) -> (ConnId, Instant) {
+        self.pool.connect(self.now, node).unwrap();
+        self.collect();
+        if !self
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Open { .. }))
+        {
+            let at = self.reconnect_at(node);
+            self.advance_to(at);
+        }
+        self.expect_open()
+    }
+
+    /// Asks for a connection and completes it: returns the ready connection.
+    pub(crate) fn ready(&mut self, node: NodeId) -> ConnId {
+        self.pool.connect(self.now, node).unwrap();
+        let (conn, _) = self.expect_open();
+        self.pool.handle_connected(self.now, conn).unwrap();
+        assert_eq!(self.pool.node_state(node), Some(NodeState::Ready));
+        self.collect();
+        conn
+    }
+
+    pub(crate) fn submit(&mut self, node: NodeId, len: usize, deadline: Duration) -> RequestId {
+        let frame = Bytes::from(alloc::vec![0xAB; len]);
+        let id = self
+            .pool
+            .submit(self.now, Target::Node(node), self.now + deadline, frame)
+            .unwrap();
+        self.collect();
+        id
+    }
+
+    /// Plays a kernel that accepts everything: writes every frame queued on `conn`.
+    pub(crate) fn flush(&mut self, conn: ConnId) -> usize {
+        let mut total = 0;
+        while let Some(bytes) = self.pool.poll_transmit(conn) {
+            total += bytes.len();
+            self.pool
+                .handle_written(self.now, conn, bytes.len())
+                .unwrap();
+        }
+        self.collect();
+        total
+    }
+
+    pub(crate) fn respond(&mut self, conn: ConnId, id: RequestId) {
+        self.pool
+            .handle_response(self.now, conn, id, Bytes::from_static(b"ok"))
+            .unwrap();
+        self.collect();
+    }
+
+    /// Every `RequestDone` seen so far, in order.
+    pub(crate) fn outcomes(&self) -> Vec<(RequestId, Outcome)> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::RequestDone { id, outcome, .. } => Some((*id, outcome.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub(crate) fn outcome(&self, id: RequestId) -> Option<Outcome> {
+        let all: Vec<_> = self
+            .outcomes()
+            .into_iter()
+            .filter(|(r, _)| *r == id)
+            .collect();
+        assert!(all.len() <= 1, "{id:?} ended more than once: {all:?}");
+        all.into_iter().next().map(|(_, o)| o)
+    }
+
+    pub(crate) fn writability(&self) -> Vec<bool> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Writability { writable, .. } => Some(*writable),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The node's `reconnect_at`, if it is between connections.
+    pub(crate) fn reconnect_at(&self, node: NodeId) -> Instant {
+        match self.pool.node_state(node) {
+            Some(
+                NodeState::Disconnected { reconnect_at } | NodeState::AuthFailed { reconnect_at },
+            ) => reconnect_at,
+            other => panic!("not disconnected: {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Many nodes: selection, eviction, the failure detector, the memory budget.
