@@ -18,6 +18,8 @@ mod backoff;
 mod config;
 mod counters;
 mod event;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 mod ids;
 mod lifecycle;
 mod node;

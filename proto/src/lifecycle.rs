@@ -419,6 +419,9 @@ impl Pool {
         let quarantine_now = counts && n.quarantine.is_none() && n.failures >= threshold;
         if next == NodeState::Closed {
             n.timers.stop_all();
+            n.quarantine = None;
+            self.set_state(node, now, next, Reason::Closed(reason));
+            return;
         }
         self.set_state(node, now, next, Reason::Closed(reason));
         if probe_failed {

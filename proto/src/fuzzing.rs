@@ -1,0 +1,570 @@
+//! An operation interpreter and a small reference model, shared by the cargo-fuzz targets and
+//! the property tests (enabled by the `fuzzing` feature).
+//!
+//! [`run`] plays the application and a scripted adapter against a [`Pool`] from a list of
+//! [`Op`]s and checks after every step:
+//! - nothing panics, and the pool's own accounting is consistent ([`Pool::check_invariants`]:
+//!   pending bytes equal the sum of unaccepted frames, per node and in total; writability
+//!   follows the hysteresis rule);
+//! - no bytes are handed out for a closed or stale connection;
+//! - every accepted request ends exactly once, a refused one never; after a final shutdown
+//!   every accepted request has ended;
+//! - a request whose frame was dropped unsent never has a byte on any socket;
+//! - after `handle_timeout(now)`, nothing is due at or before `now`.
+
+use alloc::collections::{BTreeMap, BTreeSet};
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::net::SocketAddr;
+use core::time::Duration;
+
+use arbitrary::{Arbitrary, Unstructured};
+use bytes::Bytes;
+
+use crate::{
+    Action, Config, ConnId, Event, Failure, Instant, NodeId, Outcome, Phase, Pool, RequestId,
+    Target, Violation,
+};
+
+/// One step of a fuzzed session. Small integers pick among the nodes, connections and requests
+/// the session has seen (modulo their count), so every input is meaningful.
+#[derive(Clone, Debug, Arbitrary)]
+#[allow(missing_docs)]
+pub enum Op {
+    AddNode,
+    RemoveNode(u8),
+    Disable(u8),
+    Enable(u8),
+    SetEpoch(u8, u8),
+    Evict(u8),
+    Throttle(u8, u16),
+    Connect(u8),
+    Select,
+    Submit {
+        node: Option<u8>,
+        len: u16,
+        deadline_ms: u16,
+    },
+    Cancel(u16),
+    Connected(u8),
+    ConnectFailed(u8),
+    HandshakeDone(u8),
+    HandshakeFailed(u8, bool),
+    /// The kernel accepts up to `accept` bytes on the node's connection.
+    Write {
+        node: u8,
+        accept: u16,
+    },
+    Respond {
+        node: u8,
+        pick: u16,
+    },
+    RespondUnknown(u8, u64),
+    Closed(u8, u8),
+    Violation(u8),
+    /// A report on a connection from the list of every connection ever opened (mostly stale).
+    StaleReport {
+        conn: u16,
+        kind: u8,
+    },
+    Advance {
+        micros: u32,
+    },
+    AdvanceLong {
+        secs: u16,
+    },
+    TimeGoesBack {
+        micros: u32,
+    },
+    /// A healthy peer's turn on the node: connect, handshake, accept every byte, answer all.
+    Serve(u8),
+}
+
+/// Runs the operations encoded in `data`; panics on the first broken invariant. Returns the
+/// pool's counters at the end, so tests can see which mechanisms a corpus reached.
+pub fn run(data: &[u8]) -> crate::Counters {
+    let mut u = Unstructured::new(data);
+    let Ok(config) = config(&mut u) else {
+        return crate::Counters::default();
+    };
+    let mut ops: Vec<Op> = Vec::new();
+    while ops.len() < 1024 {
+        match u.arbitrary() {
+            Ok(op) => ops.push(op),
+            Err(_) => break,
+        }
+    }
+    let mut session = Session::new(config);
+    for op in &ops {
+        session.step(op);
+        session
+            .check()
+            .unwrap_or_else(|e| panic!("after {op:?}: {e}"));
+    }
+    let counters = session.pool.counters();
+    session
+        .finish()
+        .unwrap_or_else(|e| panic!("at shutdown: {e}"));
+    counters
+}
+
+/// A small config drawn from the input: tight watermarks and short timeouts so every mechanism
+/// fires within a few operations.
+fn config(u: &mut Unstructured<'_>) -> arbitrary::Result<Config> {
+    let mut c = Config::default();
+    c.seed = u.arbitrary()?;
+    c.setup_timeout = Duration::from_millis(u.int_in_range(1..=200)?);
+    c.setup_timeout_max = c.setup_timeout * u.int_in_range(1..=4)?;
+    c.reconnect_backoff = Duration::from_millis(u.int_in_range(1..=50)?);
+    c.reconnect_backoff_max = c.reconnect_backoff * u.int_in_range(1..=8)?;
+    c.write_timeout = Duration::from_millis(u.int_in_range(0..=300)?);
+    c.high_watermark = u.int_in_range(1..=4096)?;
+    c.low_watermark = u.int_in_range(0..=c.high_watermark)?;
+    c.per_frame_overhead = u.int_in_range(0..=96)?;
+    c.max_in_flight = u.int_in_range(1..=8)?;
+    c.handshake = u.arbitrary()?;
+    c.quarantine_after = u.int_in_range(1..=4)?;
+    c.probe_backoff = Duration::from_millis(u.int_in_range(1..=500)?);
+    c.probe_retries = u.int_in_range(0..=3)?;
+    if u.arbitrary()? {
+        c.after_last_probe = crate::AfterLastProbe::Readmit;
+    }
+    if u.arbitrary()? {
+        c.selection = crate::SelectionRule::LeastRecentlyAttempted;
+    }
+    c.memory_budget = if u.arbitrary()? {
+        Some(u.int_in_range(1..=8192)?)
+    } else {
+        None
+    };
+    c.idle_timeout = Duration::from_millis(u.int_in_range(0..=500)?);
+    Ok(c)
+}
+
+/// The session: the pool, the scripted world around it, and the reference model.
+struct Session {
+    pool: Pool,
+    now: Instant,
+    nodes: Vec<NodeId>,
+    /// Every connection ever opened.
+    conns: Vec<ConnId>,
+    /// Bytes each connection's peer received, parsed into complete frames.
+    streams: BTreeMap<ConnId, Stream>,
+    /// Accepted requests not yet ended.
+    open: BTreeSet<RequestId>,
+    /// Requests that ended.
+    ended: BTreeSet<RequestId>,
+    /// Requests whose frame was dropped unsent.
+    dropped_unsent: BTreeSet<RequestId>,
+    /// Requests some peer received a byte of.
+    on_wire: BTreeSet<RequestId>,
+}
+
+/// What a peer received on one connection: frames are `id (8 bytes) | len (2) | filler`.
+#[derive(Default)]
+struct Stream {
+    buf: Vec<u8>,
+    /// Complete frames not yet answered.
+    unanswered: Vec<RequestId>,
+}
+
+const HEADER: usize = 10;
+
+impl Session {
+    fn new(config: Config) -> Self {
+        let now = Instant::from_secs(1);
+        Self {
+            pool: Pool::new(config, now).expect("valid by construction"),
+            now,
+            nodes: Vec::new(),
+            conns: Vec::new(),
+            streams: BTreeMap::new(),
+            open: BTreeSet::new(),
+            ended: BTreeSet::new(),
+            dropped_unsent: BTreeSet::new(),
+            on_wire: BTreeSet::new(),
+        }
+    }
+
+    fn node(&self, i: u8) -> Option<NodeId> {
+        (!self.nodes.is_empty()).then(|| self.nodes[i as usize % self.nodes.len()])
+    }
+
+    fn conn(&self, i: u8) -> Option<ConnId> {
+        self.node(i).and_then(|n| self.pool.current_conn(n))
+    }
+
+    fn step(&mut self, op: &Op) {
+        let now = self.now;
+        match *op {
+            Op::AddNode if self.nodes.len() < 4 => {
+                let port = 9000 + self.nodes.len() as u16;
+                self.nodes.push(
+                    self.pool
+                        .add_node(now, SocketAddr::from(([127, 0, 0, 1], port))),
+                );
+            }
+            Op::AddNode => {}
+            Op::RemoveNode(i) => {
+                if let Some(n) = self.node(i) {
+                    self.pool.remove_node(now, n).unwrap();
+                    self.nodes.retain(|&m| m != n);
+                }
+            }
+            Op::Disable(i) => self.with_node(i, |p, n| p.disable_node(now, n)),
+            Op::Enable(i) => self.with_node(i, |p, n| p.enable_node(now, n)),
+            Op::SetEpoch(i, e) => self.with_node(i, |p, n| p.set_epoch(now, n, u64::from(e % 3))),
+            Op::Evict(i) => self.with_node(i, |p, n| p.evict(now, n)),
+            Op::Throttle(i, ms) => {
+                let until = now + Duration::from_millis(u64::from(ms));
+                self.with_node(i, |p, n| p.throttle(now, n, until));
+            }
+            Op::Connect(i) => {
+                if let Some(n) = self.node(i) {
+                    let _ = self.pool.connect(now, n);
+                }
+            }
+            Op::Select => {
+                self.pool.select(now);
+            }
+            Op::Submit {
+                node,
+                len,
+                deadline_ms,
+            } => self.submit(node, len, deadline_ms),
+            Op::Cancel(i) => {
+                if let Some(&id) = self.open.iter().nth(i as usize % self.open.len().max(1)) {
+                    self.pool.cancel(now, id).unwrap();
+                }
+            }
+            Op::Connected(i) => self.report(i, |p, c| p.handle_connected(now, c)),
+            Op::ConnectFailed(i) => {
+                self.report(i, |p, c| p.handle_connect_failed(now, c, Failure::Refused))
+            }
+            Op::HandshakeDone(i) => self.report(i, |p, c| p.handle_handshake_done(now, c)),
+            Op::HandshakeFailed(i, auth) => {
+                self.report(i, |p, c| p.handle_handshake_failed(now, c, auth))
+            }
+            Op::Write { node, accept } => self.write(node, usize::from(accept)),
+            Op::Respond { node, pick } => self.respond(node, pick),
+            Op::RespondUnknown(i, raw) => {
+                self.report(i, |p, c| {
+                    p.handle_response(now, c, RequestId::from_u64(raw), Bytes::new())
+                });
+            }
+            Op::Closed(i, kind) => self.report(i, |p, c| p.handle_closed(now, c, failure(kind))),
+            Op::Violation(i) => self.report(i, |p, c| {
+                p.handle_violation(now, c, Violation::MalformedHeader)
+            }),
+            Op::StaleReport { conn, kind } => self.stale_report(conn, kind),
+            Op::Advance { micros } => {
+                self.advance(Duration::from_micros(u64::from(micros % 2_000_000)))
+            }
+            Op::AdvanceLong { secs } => self.advance(Duration::from_secs(u64::from(secs % 10_000))),
+            Op::Serve(i) => {
+                self.report(i, |p, c| p.handle_connected(now, c));
+                self.report(i, |p, c| p.handle_handshake_done(now, c));
+                self.write(i, usize::MAX);
+                while self
+                    .conn(i)
+                    .and_then(|c| self.streams.get(&c))
+                    .is_some_and(|s| !s.unanswered.is_empty())
+                {
+                    self.respond(i, 0);
+                }
+            }
+            Op::TimeGoesBack { micros } => {
+                let earlier =
+                    Instant::from_nanos(now.as_nanos().saturating_sub(u64::from(micros) * 1000));
+                self.pool.handle_timeout(earlier);
+            }
+        }
+        self.drain();
+        self.stale_conns_transmit_nothing();
+    }
+
+    fn stale_conns_transmit_nothing(&mut self) {
+        for &conn in &self.conns {
+            if self.pool.current_conn(conn.node()) != Some(conn) {
+                assert_eq!(
+                    self.pool.poll_transmit(conn),
+                    None,
+                    "bytes handed out for stale {conn:?}"
+                );
+            }
+        }
+    }
+
+    fn with_node(
+        &mut self,
+        i: u8,
+        f: impl FnOnce(&mut Pool, NodeId) -> Result<(), crate::HandleError>,
+    ) {
+        if let Some(n) = self.node(i) {
+            f(&mut self.pool, n).expect("a current node handle is accepted");
+        }
+    }
+
+    /// A report on the node's current connection; errors (wrong state) are fine, panics not.
+    fn report(
+        &mut self,
+        i: u8,
+        f: impl FnOnce(&mut Pool, ConnId) -> Result<(), crate::HandleError>,
+    ) {
+        if let Some(c) = self.conn(i) {
+            let _ = f(&mut self.pool, c);
+        }
+    }
+
+    fn submit(&mut self, node: Option<u8>, len: u16, deadline_ms: u16) {
+        let target = match node.and_then(|i| self.node(i)) {
+            Some(n) => Target::Node(n),
+            None => Target::Best,
+        };
+        let id = self.pool.next_request_id();
+        let mut frame = Vec::with_capacity(HEADER + usize::from(len % 512));
+        frame.extend_from_slice(&id.as_u64().to_be_bytes());
+        frame.extend_from_slice(&(len % 512).to_be_bytes());
+        frame.resize(HEADER + usize::from(len % 512), 0x5A);
+        let deadline = self.now + Duration::from_millis(u64::from(deadline_ms));
+        if let Ok(got) = self
+            .pool
+            .submit(self.now, target, deadline, Bytes::from(frame))
+        {
+            assert_eq!(got, id, "next_request_id predicts the id");
+            assert!(
+                self.open.insert(id) && !self.ended.contains(&id),
+                "fresh id {id:?}"
+            );
+        }
+    }
+
+    fn write(&mut self, i: u8, accept: usize) {
+        let Some(conn) = self.conn(i) else { return };
+        let mut budget = accept;
+        while let Some(bytes) = self.pool.poll_transmit(conn) {
+            let n = bytes.len().min(budget);
+            if n == 0 && !bytes.is_empty() {
+                self.pool
+                    .handle_written(self.now, conn, 0)
+                    .expect("a blocked write is accepted");
+                break;
+            }
+            self.streams
+                .entry(conn)
+                .or_default()
+                .buf
+                .extend_from_slice(&bytes[..n]);
+            self.pool
+                .handle_written(self.now, conn, n)
+                .expect("reporting what was handed out");
+            budget -= n;
+            if n < bytes.len() || budget == 0 {
+                break;
+            }
+        }
+        self.parse(conn);
+    }
+
+    /// Splits the peer's received bytes into frames; records which requests reached a wire.
+    fn parse(&mut self, conn: ConnId) {
+        let Some(stream) = self.streams.get_mut(&conn) else {
+            return;
+        };
+        while stream.buf.len() >= 8 {
+            let id = RequestId::from_u64(u64::from_be_bytes(stream.buf[..8].try_into().unwrap()));
+            self.on_wire.insert(id);
+            if stream.buf.len() < HEADER {
+                break;
+            }
+            let len = usize::from(u16::from_be_bytes([stream.buf[8], stream.buf[9]]));
+            if stream.buf.len() < HEADER + len {
+                break;
+            }
+            stream.buf.drain(..HEADER + len);
+            stream.unanswered.push(id);
+        }
+    }
+
+    fn respond(&mut self, i: u8, pick: u16) {
+        let Some(conn) = self.conn(i) else { return };
+        let Some(stream) = self.streams.get_mut(&conn) else {
+            return;
+        };
+        if stream.unanswered.is_empty() {
+            return;
+        }
+        let id = stream
+            .unanswered
+            .remove(pick as usize % stream.unanswered.len());
+        let result = self
+            .pool
+            .handle_response(self.now, conn, id, Bytes::from_static(b"ok"));
+        assert_eq!(
+            result,
+            Ok(()),
+            "a response to a request the peer received is accepted"
+        );
+    }
+
+    fn stale_report(&mut self, i: u16, kind: u8) {
+        if self.conns.is_empty() {
+            return;
+        }
+        let conn = self.conns[i as usize % self.conns.len()];
+        let current = self.pool.current_conn(conn.node()) == Some(conn);
+        let now = self.now;
+        let result = match kind % 5 {
+            0 => self.pool.handle_closed(now, conn, Failure::Reset),
+            1 => self.pool.handle_written(now, conn, 1),
+            2 => self.pool.handle_connected(now, conn),
+            3 => self
+                .pool
+                .handle_violation(now, conn, Violation::MalformedHeader),
+            _ => self
+                .pool
+                .handle_connect_failed(now, conn, Failure::TimedOut),
+        };
+        if !current {
+            assert_eq!(
+                result,
+                Err(crate::HandleError::StaleConn),
+                "stale {conn:?} refused"
+            );
+        }
+    }
+
+    fn advance(&mut self, d: Duration) {
+        self.now = self.now + d;
+        self.pool.handle_timeout(self.now);
+        self.drain();
+        if let Some(next) = self.pool.poll_timeout() {
+            assert!(
+                next > self.now,
+                "timer at {next:?} still due at {:?}",
+                self.now
+            );
+        }
+    }
+
+    /// Drains actions and events into the model.
+    fn drain(&mut self) {
+        while let Some(action) = self.pool.poll_action() {
+            if let Action::Open { conn, .. } = action {
+                assert!(
+                    !self.conns.contains(&conn),
+                    "connection handles are never reused"
+                );
+                self.conns.push(conn);
+            }
+        }
+        while let Some(event) = self.pool.poll_event() {
+            if let Event::RequestDone { id, outcome, .. } = event {
+                assert!(
+                    self.open.remove(&id),
+                    "{id:?} ended twice or was never accepted"
+                );
+                self.ended.insert(id);
+                if outcome
+                    == (Outcome::DeadlineExceeded {
+                        phase: Phase::Queued,
+                    })
+                {
+                    self.dropped_unsent.insert(id);
+                }
+            }
+        }
+    }
+
+    fn check(&self) -> Result<(), String> {
+        self.pool.check_invariants()?;
+        if let Some(id) = self.dropped_unsent.intersection(&self.on_wire).next() {
+            return Err(format!("{id:?} was dropped unsent but reached a socket"));
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<(), String> {
+        self.pool.shutdown(self.now);
+        self.drain();
+        self.check()?;
+        if let Some(id) = self.open.iter().next() {
+            return Err(format!("{id:?} never ended"));
+        }
+        if self.pool.poll_timeout().is_some() {
+            return Err(String::from("timers left after shutdown"));
+        }
+        Ok(())
+    }
+}
+
+fn failure(kind: u8) -> Failure {
+    match kind % 5 {
+        0 => Failure::Reset,
+        1 => Failure::PeerClosed,
+        2 => Failure::TimedOut,
+        3 => Failure::Refused,
+        _ => Failure::Other { errno: Some(5) },
+    }
+}
+
+impl Pool {
+    /// Checks the pool's own accounting; `Err` names the first inconsistency.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let (high, low) = (self.config.high_watermark, self.config.low_watermark);
+        let mut total = 0;
+        for slot in &self.nodes {
+            let Some(n) = slot.node.as_ref() else {
+                continue;
+            };
+            let pending = n.outbound.pending();
+            if pending != n.outbound.recount() {
+                return Err(format!(
+                    "{:?}: pending {pending} != sum of frames {}",
+                    n.id,
+                    n.outbound.recount()
+                ));
+            }
+            total += pending;
+            if pending > high && n.outbound.is_writable() {
+                return Err(format!("{:?}: writable above the high watermark", n.id));
+            }
+            if pending < low && !n.outbound.is_writable() {
+                return Err(format!("{:?}: unwritable below the low watermark", n.id));
+            }
+            let held = self.requests.iter().filter(|(_, r)| r.node == n.id).count();
+            if held != n.requests {
+                return Err(format!(
+                    "{:?}: holds {} requests, counted {}",
+                    n.id, held, n.requests
+                ));
+            }
+            if n.conn.is_some()
+                != matches!(
+                    n.state,
+                    crate::NodeState::Connecting
+                        | crate::NodeState::Handshaking
+                        | crate::NodeState::Ready
+                )
+            {
+                return Err(format!(
+                    "{:?}: connection {:?} in state {:?}",
+                    n.id, n.conn, n.state
+                ));
+            }
+        }
+        if total != self.total_pending {
+            return Err(format!(
+                "total pending {} != sum over nodes {total}",
+                self.total_pending
+            ));
+        }
+        for (id, r) in self.requests.iter() {
+            if self.node(r.node).is_err() {
+                return Err(format!("{id:?} belongs to a removed node"));
+            }
+        }
+        Ok(())
+    }
+}
