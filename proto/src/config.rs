@@ -445,7 +445,8 @@ mod tests {
 
     #[test]
     fn every_rule_is_checked_and_named() {
-        let cases: [(fn(&mut Config), &str); 16] = [
+        type Case = (fn(&mut Config), &'static str);
+        let cases: [Case; 16] = [
             (
                 |c| c.setup_timeout = Duration::ZERO,
                 "setup_timeout must be greater than zero",

@@ -11,7 +11,8 @@
 #![warn(missing_docs)]
 
 extern crate alloc;
-#[cfg(test)]
+// Tests and the fuzzing interpreter (its `Arbitrary` derive) need std; the library does not.
+#[cfg(any(test, feature = "fuzzing"))]
 extern crate std;
 
 mod backoff;

@@ -377,7 +377,7 @@ impl Pool {
         if let (Some(conn), true) = (conn_id, tell_adapter) {
             self.actions.push_back(Action::Close { conn, reason });
         }
-        self.fail_all(node, now, Outcome::ConnectionLost(reason));
+        self.fail_all(node, now, &Outcome::ConnectionLost(reason));
 
         let draw = self.rng.next_unit();
         let backoff = self.config.reconnect_backoff();
@@ -433,7 +433,7 @@ impl Pool {
 
     /// Ends every request the node holds with `outcome` and frees them; its pending bytes
     /// leave the global total.
-    fn fail_all(&mut self, node: NodeId, now: Instant, outcome: Outcome) {
+    fn fail_all(&mut self, node: NodeId, now: Instant, outcome: &Outcome) {
         let Ok(n) = self.node_mut(node) else { return };
         let released = n.outbound.pending();
         let mut ids: Vec<RequestId> = n.outbound.drain().map(|f| f.id).collect();
