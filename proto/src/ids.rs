@@ -104,6 +104,6 @@ impl fmt::Debug for RequestId {
 
 impl fmt::Display for RequestId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "request {:#x}", self.0)
+        write!(f, "request {}.{}", self.slot(), self.generation())
     }
 }

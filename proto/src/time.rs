@@ -11,8 +11,15 @@ use core::time::Duration;
 ///
 /// Arithmetic saturates instead of overflowing or panicking: `Instant::MAX + d` is
 /// `Instant::MAX`, and `a - b` is [`Duration::ZERO`] when `b` is later than `a`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Instant(u64);
+
+impl core::fmt::Debug for Instant {
+    /// Seconds since the origin, to the nanosecond: `3.448630560s`.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}.{:09}s", self.0 / 1_000_000_000, self.0 % 1_000_000_000)
+    }
+}
 
 impl Instant {
     /// The origin of the clock.
