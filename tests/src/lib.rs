@@ -1,0 +1,169 @@
+//! # keepwire-tests
+//!
+//! Support for keepwire's cross-crate tests: loopback [`peers`], the real-kernel half-open
+//! helper ([`netns`]), the three [`runtimes`] behind one trait, and small async helpers that
+//! work on every runtime. The tests live in `tests/real_*.rs` (real sockets, every runtime)
+//! and `tests/sim_*.rs` (simulated clock, keepwire-proto only).
+//!
+//! `unsafe` is allowed in this crate only for the namespace helper's `unshare` and `ioctl`
+//! calls, each with its SAFETY comment.
+#![allow(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod netns;
+pub mod peers;
+pub mod runtimes;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use keepwire_driver::{ClientEvent, Events, Runtime, sleep_until};
+use keepwire_proto::{Config, Event};
+
+pub use netns::{Netns, NetnsError, in_private_netns};
+pub use runtimes::{AsyncStd, Smol, TestRuntime, Tokio};
+
+/// Sleeps for `duration` on `runtime`'s clock.
+pub async fn sleep(runtime: &dyn Runtime, duration: Duration) {
+    sleep_until(runtime, runtime.now() + duration).await;
+}
+
+/// `future`'s output, or `None` if it takes longer than `limit`.
+pub async fn within<F: Future>(
+    runtime: &dyn Runtime,
+    limit: Duration,
+    future: F,
+) -> Option<F::Output> {
+    smol::future::or(async { Some(future.await) }, async {
+        sleep(runtime, limit).await;
+        None
+    })
+    .await
+}
+
+/// Runs `future` as a task on `runtime`; await the returned handle for its output.
+pub fn spawn<T, F>(runtime: &dyn Runtime, future: F) -> Task<T>
+where
+    T: Send + 'static,
+    F: Future<Output = T> + Send + 'static,
+{
+    let (sender, receiver) = smol::channel::bounded(1);
+    runtime.spawn(Box::pin(async move {
+        let _ = sender.send(future.await).await;
+    }));
+    Task { receiver }
+}
+
+/// A spawned task's output.
+#[derive(Debug)]
+pub struct Task<T> {
+    receiver: smol::channel::Receiver<T>,
+}
+
+impl<T> Task<T> {
+    /// Waits for the output.
+    ///
+    /// # Panics
+    /// If the task was dropped before finishing (the runtime shut down).
+    pub async fn join(self) -> T {
+        self.receiver.recv().await.expect("the task finished")
+    }
+}
+
+/// Waits, at most `limit`, for the first pool event that `matches` selects; other events are
+/// skipped. Panics with `what` on timeout.
+pub async fn wait_for<T>(
+    runtime: &dyn Runtime,
+    events: &mut Events,
+    limit: Duration,
+    what: &str,
+    mut matches: impl FnMut(&Event) -> Option<T>,
+) -> T {
+    let found = within(runtime, limit, async {
+        while let Some(event) = events.recv().await {
+            if let ClientEvent::Pool(event) = &event {
+                if let Some(found) = matches(event) {
+                    return Some(found);
+                }
+            }
+        }
+        None
+    })
+    .await;
+    match found {
+        Some(Some(found)) => found,
+        Some(None) => panic!("the client shut down before: {what}"),
+        None => panic!("no {what} within {limit:?}"),
+    }
+}
+
+/// A configuration with the short timeouts the real-socket tests use: setup 300 ms (doubling
+/// to 1.2 s), reconnect backoff 100 ms (doubling to 800 ms), no jitter, keepalive and
+/// TCP_USER_TIMEOUT off, write timeout 500 ms. Tests change what they exercise.
+pub fn test_config() -> Config {
+    let mut config = Config::default();
+    config.setup_timeout = Duration::from_millis(300);
+    config.setup_timeout_max = Duration::from_millis(1200);
+    config.setup_timeout_jitter = 0.0;
+    config.reconnect_backoff = Duration::from_millis(100);
+    config.reconnect_backoff_max = Duration::from_millis(800);
+    config.reconnect_jitter = 0.0;
+    config.write_timeout = Duration::from_millis(500);
+    config.socket.keepalive = None;
+    config.socket.user_timeout = None;
+    config.quarantine_after = 1000;
+    config
+}
+
+/// Instantiates each listed `async fn case(runtime: Arc<dyn Runtime>)` as a `#[test]` on
+/// each runtime: `on_tokio::case`, `on_smol::case`, `on_async_std::case`.
+#[macro_export]
+macro_rules! test_on_every_runtime {
+    ($($case:ident),* $(,)?) => {
+        mod on_tokio {
+            $( #[test] fn $case() { <$crate::Tokio as $crate::TestRuntime>::run(super::$case) } )*
+        }
+        mod on_smol {
+            $( #[test] fn $case() { <$crate::Smol as $crate::TestRuntime>::run(super::$case) } )*
+        }
+        mod on_async_std {
+            $( #[test] fn $case() { <$crate::AsyncStd as $crate::TestRuntime>::run(super::$case) } )*
+        }
+    };
+}
+
+/// Like [`test_on_every_runtime!`] for `async fn case(runtime, netns: Arc<Netns>)` bodies
+/// that run inside a private network namespace (see [`run_in_netns`]).
+#[macro_export]
+macro_rules! test_in_netns_on_every_runtime {
+    ($($case:ident),* $(,)?) => {
+        mod on_tokio {
+            $( #[test] fn $case() { $crate::run_in_netns::<$crate::Tokio, _, _>(super::$case) } )*
+        }
+        mod on_smol {
+            $( #[test] fn $case() { $crate::run_in_netns::<$crate::Smol, _, _>(super::$case) } )*
+        }
+        mod on_async_std {
+            $( #[test] fn $case() { $crate::run_in_netns::<$crate::AsyncStd, _, _>(super::$case) } )*
+        }
+    };
+}
+
+/// Runs `case` on runtime `R` inside a fresh private network namespace, every task on the
+/// namespace's thread.
+///
+/// # Panics
+/// If the kernel refuses the namespace (with the reason), or if `case` panics.
+pub fn run_in_netns<R, F, Fut>(case: F)
+where
+    R: TestRuntime + 'static,
+    F: FnOnce(Arc<dyn Runtime>, Arc<Netns>) -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    let outcome =
+        in_private_netns(move |netns| R::run_on_this_thread(|runtime| case(runtime, netns)));
+    if let Err(e) = outcome {
+        panic!("real-kernel test could not run: {e}");
+    }
+}

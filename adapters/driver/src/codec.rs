@@ -71,7 +71,9 @@ impl LengthPrefixed {
     /// A codec that refuses responses whose payload is longer than `max_payload` bytes
     /// (capped at `u32::MAX - 8`, the most the length field can announce).
     pub fn new(max_payload: u32) -> Self {
-        Self { max_payload: max_payload.min(u32::MAX - Self::ID_LEN) }
+        Self {
+            max_payload: max_payload.min(u32::MAX - Self::ID_LEN),
+        }
     }
 
     /// The longest response payload accepted.
@@ -85,7 +87,10 @@ impl LengthPrefixed {
         let len = u32::try_from(payload.len())
             .ok()
             .filter(|len| u64::from(*len) <= max)
-            .ok_or(EncodeError::TooLong { len: payload.len() as u64, max })?;
+            .ok_or(EncodeError::TooLong {
+                len: payload.len() as u64,
+                max,
+            })?;
         let mut frame = BytesMut::with_capacity(Self::HEADER_LEN + payload.len());
         frame.put_u32(len + Self::ID_LEN);
         frame.put_u64(id);
@@ -144,7 +149,10 @@ impl Codec for LengthPrefixed {
         }
         buf.advance(Self::HEADER_LEN);
         let payload = buf.split_to(payload_len).freeze();
-        Ok(Some(Response { id: RequestId::from_u64(id), payload }))
+        Ok(Some(Response {
+            id: RequestId::from_u64(id),
+            payload,
+        }))
     }
 }
 
@@ -152,7 +160,10 @@ impl Codec for LengthPrefixed {
 mod tests {
     use super::*;
 
-    fn decode_all(codec: &LengthPrefixed, bytes: &[u8]) -> (Vec<Response>, Result<(), Violation>, usize) {
+    fn decode_all(
+        codec: &LengthPrefixed,
+        bytes: &[u8],
+    ) -> (Vec<Response>, Result<(), Violation>, usize) {
         let mut buf = BytesMut::from(bytes);
         let mut out = Vec::new();
         loop {
@@ -170,7 +181,10 @@ mod tests {
         let id = RequestId::from_u64(0x1234_5678_9abc_def0);
         let mut wire = codec.encode(id, b"hello").unwrap().to_vec();
         wire.extend_from_slice(&codec.encode(RequestId::from_u64(7), b"").unwrap());
-        assert_eq!(&wire[..12], &[0, 0, 0, 13, 0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0]);
+        assert_eq!(
+            &wire[..12],
+            &[0, 0, 0, 13, 0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0]
+        );
         let mut buf = BytesMut::new();
         let mut got = Vec::new();
         for byte in wire {
@@ -182,8 +196,14 @@ mod tests {
         assert_eq!(
             got,
             [
-                Response { id, payload: Bytes::from_static(b"hello") },
-                Response { id: RequestId::from_u64(7), payload: Bytes::new() },
+                Response {
+                    id,
+                    payload: Bytes::from_static(b"hello")
+                },
+                Response {
+                    id: RequestId::from_u64(7),
+                    payload: Bytes::new()
+                },
             ]
         );
         assert!(buf.is_empty());

@@ -84,7 +84,7 @@ pub fn begin_connect(socket: &Socket, addr: SocketAddr) -> io::Result<bool> {
 
 /// Completes a connect started with [`begin_connect`] once the socket is writable: returns
 /// the connect error, if the kernel recorded one.
-pub fn finish_connect(socket: SockRef<'_>) -> io::Result<()> {
+pub fn finish_connect(socket: &SockRef<'_>) -> io::Result<()> {
     match socket.take_error()? {
         Some(e) => Err(e),
         None => {

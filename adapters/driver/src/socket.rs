@@ -14,7 +14,10 @@ use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
 ///
 /// Fails only if the socket itself cannot be created; every option that could not be applied
 /// is listed in the returned [`OptionReport`] instead.
-pub fn prepare_socket(addr: SocketAddr, options: &SocketOptions) -> io::Result<(Socket, OptionReport)> {
+pub fn prepare_socket(
+    addr: SocketAddr,
+    options: &SocketOptions,
+) -> io::Result<(Socket, OptionReport)> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     let report = apply_options(&socket, options);
     Ok((socket, report))
@@ -23,7 +26,10 @@ pub fn prepare_socket(addr: SocketAddr, options: &SocketOptions) -> io::Result<(
 /// Applies `options` to `socket`, returning what could not be applied.
 pub fn apply_options(socket: &Socket, options: &SocketOptions) -> OptionReport {
     let mut report = OptionReport::default();
-    report.record(SocketOption::NoDelay, socket.set_tcp_nodelay(options.nodelay));
+    report.record(
+        SocketOption::NoDelay,
+        socket.set_tcp_nodelay(options.nodelay),
+    );
     if let Some(keepalive) = options.keepalive {
         let params = TcpKeepalive::new().with_time(keepalive.idle);
         let params = keepalive_interval(params, keepalive.interval, &mut report);
@@ -36,12 +42,28 @@ pub fn apply_options(socket: &Socket, options: &SocketOptions) -> OptionReport {
         set_user_timeout(socket, timeout, &mut report);
     }
     if let Some(size) = options.send_buffer_size {
-        report.record(SocketOption::SendBuffer, socket.set_send_buffer_size(size as usize));
-        check_buffer(SocketOption::SendBuffer, size, socket.send_buffer_size(), &mut report);
+        report.record(
+            SocketOption::SendBuffer,
+            socket.set_send_buffer_size(size as usize),
+        );
+        check_buffer(
+            SocketOption::SendBuffer,
+            size,
+            socket.send_buffer_size().ok(),
+            &mut report,
+        );
     }
     if let Some(size) = options.recv_buffer_size {
-        report.record(SocketOption::RecvBuffer, socket.set_recv_buffer_size(size as usize));
-        check_buffer(SocketOption::RecvBuffer, size, socket.recv_buffer_size(), &mut report);
+        report.record(
+            SocketOption::RecvBuffer,
+            socket.set_recv_buffer_size(size as usize),
+        );
+        check_buffer(
+            SocketOption::RecvBuffer,
+            size,
+            socket.recv_buffer_size().ok(),
+            &mut report,
+        );
     }
     report
 }
@@ -70,14 +92,14 @@ pub struct SocketReadback {
 
 /// Reads the options keepwire manages back from a live socket; an option the platform cannot
 /// report is `None`.
-pub fn read_back(socket: SockRef<'_>) -> SocketReadback {
+pub fn read_back(socket: &SockRef<'_>) -> SocketReadback {
     SocketReadback {
         nodelay: socket.tcp_nodelay().ok(),
         keepalive: socket.keepalive().ok(),
-        keepalive_idle: keepalive_idle(&socket),
-        keepalive_interval: read_keepalive_interval(&socket),
-        keepalive_retries: read_keepalive_retries(&socket),
-        user_timeout: read_user_timeout(&socket),
+        keepalive_idle: keepalive_idle(socket),
+        keepalive_interval: read_keepalive_interval(socket),
+        keepalive_retries: read_keepalive_retries(socket),
+        user_timeout: read_user_timeout(socket),
         send_buffer_size: socket.send_buffer_size().ok(),
         recv_buffer_size: socket.recv_buffer_size().ok(),
     }
@@ -103,12 +125,25 @@ impl OptionReport {
 
     fn record(&mut self, option: SocketOption, result: io::Result<()>) {
         if let Err(error) = result {
-            self.unapplied.push(Unapplied { option, why: NotApplied::Failed(error.kind(), error.raw_os_error()) });
+            self.unapplied.push(Unapplied {
+                option,
+                why: NotApplied::Failed(error.kind(), error.raw_os_error()),
+            });
         }
     }
 
+    #[cfg_attr(
+        any(target_os = "android", target_os = "fuchsia", target_os = "linux"),
+        expect(
+            dead_code,
+            reason = "every option keepwire manages exists on these platforms"
+        )
+    )]
     fn unsupported(&mut self, option: SocketOption) {
-        self.unapplied.push(Unapplied { option, why: NotApplied::Unsupported });
+        self.unapplied.push(Unapplied {
+            option,
+            why: NotApplied::Unsupported,
+        });
     }
 }
 
@@ -184,7 +219,9 @@ impl fmt::Display for NotApplied {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Unsupported => f.write_str("not supported on this platform"),
-            Self::Failed(kind, Some(errno)) => write!(f, "setsockopt failed ({kind}, errno {errno})"),
+            Self::Failed(kind, Some(errno)) => {
+                write!(f, "setsockopt failed ({kind}, errno {errno})")
+            }
             Self::Failed(kind, None) => write!(f, "setsockopt failed ({kind})"),
             Self::Clamped { requested, got } => {
                 write!(f, "kernel set {got} instead of the requested {requested}")
@@ -193,14 +230,22 @@ impl fmt::Display for NotApplied {
     }
 }
 
-fn check_buffer(option: SocketOption, requested: u32, got: io::Result<usize>, report: &mut OptionReport) {
+fn check_buffer(
+    option: SocketOption,
+    requested: u32,
+    got: Option<usize>,
+    report: &mut OptionReport,
+) {
     // Linux doubles the value it is given (bookkeeping overhead), so only less than requested
     // means the kernel capped it.
-    if let Ok(got) = got {
+    if let Some(got) = got {
         if (got as u64) < u64::from(requested) {
             report.unapplied.push(Unapplied {
                 option,
-                why: NotApplied::Clamped { requested: u64::from(requested), got: got as u64 },
+                why: NotApplied::Clamped {
+                    requested: u64::from(requested),
+                    got: got as u64,
+                },
             });
         }
     }
@@ -220,7 +265,11 @@ fn check_buffer(option: SocketOption, requested: u32, got: io::Result<usize>, re
     target_os = "watchos",
     target_os = "windows",
 ))]
-fn keepalive_interval(params: TcpKeepalive, interval: Duration, _: &mut OptionReport) -> TcpKeepalive {
+fn keepalive_interval(
+    params: TcpKeepalive,
+    interval: Duration,
+    _: &mut OptionReport,
+) -> TcpKeepalive {
     params.with_interval(interval)
 }
 
@@ -238,7 +287,11 @@ fn keepalive_interval(params: TcpKeepalive, interval: Duration, _: &mut OptionRe
     target_os = "watchos",
     target_os = "windows",
 )))]
-fn keepalive_interval(params: TcpKeepalive, _: Duration, report: &mut OptionReport) -> TcpKeepalive {
+fn keepalive_interval(
+    params: TcpKeepalive,
+    _: Duration,
+    report: &mut OptionReport,
+) -> TcpKeepalive {
     report.unsupported(SocketOption::KeepaliveInterval);
     params
 }
@@ -280,7 +333,10 @@ fn keepalive_retries(params: TcpKeepalive, _: u32, report: &mut OptionReport) ->
 
 #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
 fn set_user_timeout(socket: &Socket, timeout: Duration, report: &mut OptionReport) {
-    report.record(SocketOption::UserTimeout, socket.set_tcp_user_timeout(Some(timeout)));
+    report.record(
+        SocketOption::UserTimeout,
+        socket.set_tcp_user_timeout(Some(timeout)),
+    );
 }
 
 #[cfg(not(any(target_os = "android", target_os = "fuchsia", target_os = "linux")))]
@@ -298,12 +354,22 @@ fn read_user_timeout(_: &SockRef<'_>) -> Option<Duration> {
     None
 }
 
-#[cfg(not(any(target_os = "haiku", target_os = "openbsd", target_os = "vita", target_os = "windows")))]
+#[cfg(not(any(
+    target_os = "haiku",
+    target_os = "openbsd",
+    target_os = "vita",
+    target_os = "windows"
+)))]
 fn keepalive_idle(socket: &SockRef<'_>) -> Option<Duration> {
     socket.tcp_keepalive_time().ok()
 }
 
-#[cfg(any(target_os = "haiku", target_os = "openbsd", target_os = "vita", target_os = "windows"))]
+#[cfg(any(
+    target_os = "haiku",
+    target_os = "openbsd",
+    target_os = "vita",
+    target_os = "windows"
+))]
 fn keepalive_idle(_: &SockRef<'_>) -> Option<Duration> {
     None
 }
@@ -401,7 +467,7 @@ mod tests {
         let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
         let (socket, report) = prepare_socket(addr, &options()).unwrap();
         assert!(report.is_empty(), "{report}");
-        let back = read_back(SockRef::from(&socket));
+        let back = read_back(&SockRef::from(&socket));
         assert_eq!(back.nodelay, Some(true));
         assert_eq!(back.keepalive, Some(true));
         assert_eq!(back.keepalive_idle, Some(Duration::from_secs(7)));
@@ -418,7 +484,7 @@ mod tests {
         options.keepalive = None;
         let (socket, report) = prepare_socket("127.0.0.1:9".parse().unwrap(), &options).unwrap();
         assert!(report.is_empty(), "{report}");
-        assert_eq!(read_back(SockRef::from(&socket)).keepalive, Some(false));
+        assert_eq!(read_back(&SockRef::from(&socket)).keepalive, Some(false));
     }
 
     #[test]
@@ -427,13 +493,27 @@ mod tests {
         let mut options = options();
         options.send_buffer_size = Some(u32::MAX / 2);
         let (_, report) = prepare_socket("127.0.0.1:9".parse().unwrap(), &options).unwrap();
-        let clamped = report.unapplied().iter().find(|u| u.option == SocketOption::SendBuffer);
-        assert!(matches!(clamped.map(|u| u.why), Some(NotApplied::Clamped { .. })), "{report}");
-        assert!(report.to_string().contains("SendBuffer not applied: kernel set"), "{report}");
+        let clamped = report
+            .unapplied()
+            .iter()
+            .find(|u| u.option == SocketOption::SendBuffer);
+        assert!(
+            matches!(clamped.map(|u| u.why), Some(NotApplied::Clamped { .. })),
+            "{report}"
+        );
+        assert!(
+            report
+                .to_string()
+                .contains("SendBuffer not applied: kernel set"),
+            "{report}"
+        );
     }
 
     #[test]
     fn an_empty_report_says_so() {
-        assert_eq!(OptionReport::default().to_string(), "all socket options applied");
+        assert_eq!(
+            OptionReport::default().to_string(),
+            "all socket options applied"
+        );
     }
 }

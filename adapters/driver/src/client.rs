@@ -1,0 +1,387 @@
+//! The application's side: [`ClientBuilder`], the cloneable [`Client`] handle and the
+//! [`Events`] stream. Every call is a command to the one driver task that owns the pool and
+//! the sockets; results come back through a per-call reply slot.
+
+use std::fmt;
+use std::future::poll_fn;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use bytes::Bytes;
+use keepwire_proto::{Config, ConnId, Counters, Event, NodeId, NodeState, Target};
+
+use crate::codec::{Codec, LengthPrefixed};
+use crate::driver::{Command, Driver, NodeOp, Shared};
+use crate::error::{BuildError, CommandError, SendError};
+use crate::handshake::{HandshakeError, HandshakeHook};
+use crate::runtime::Runtime;
+use crate::socket::{OptionReport, SocketReadback};
+use crate::sync::{Next, ReplyReceiver, Subscription, reply};
+
+/// Builds a [`Client`]: a keepwire [`Config`], driver options and the initial nodes.
+pub struct ClientBuilder {
+    config: Config,
+    nodes: Vec<SocketAddr>,
+    codec: Arc<dyn Codec>,
+    hook: Option<Arc<dyn HandshakeHook>>,
+    frame_timeout: Duration,
+    event_capacity: usize,
+}
+
+impl ClientBuilder {
+    /// Starts from `config`, the built-in [`LengthPrefixed`] codec, a 10 s frame timeout and
+    /// no handshake.
+    pub fn new(config: Config) -> Self {
+        Self {
+            config,
+            nodes: Vec::new(),
+            codec: Arc::new(LengthPrefixed::default()),
+            hook: None,
+            frame_timeout: Duration::from_secs(10),
+            event_capacity: 1024,
+        }
+    }
+
+    /// Adds a node (a server address) to connect to.
+    pub fn node(mut self, addr: SocketAddr) -> Self {
+        self.nodes.push(addr);
+        self
+    }
+
+    /// Adds several nodes.
+    pub fn nodes(mut self, addrs: impl IntoIterator<Item = SocketAddr>) -> Self {
+        self.nodes.extend(addrs);
+        self
+    }
+
+    /// Uses `codec` to frame requests and cut responses.
+    pub fn codec(mut self, codec: impl Codec) -> Self {
+        self.codec = Arc::new(codec);
+        self
+    }
+
+    /// Uses the built-in codec with responses of at most `max_payload` bytes; a longer one is
+    /// a protocol violation that closes its connection.
+    pub fn max_frame(self, max_payload: u32) -> Self {
+        self.codec(LengthPrefixed::new(max_payload))
+    }
+
+    /// The slow-drip defence: a response that started arriving but is not complete within
+    /// `timeout` closes its connection with `Violation::TooSlow`. Zero disables it.
+    pub fn frame_timeout(mut self, timeout: Duration) -> Self {
+        self.frame_timeout = timeout;
+        self
+    }
+
+    /// Runs `hook` on every new connection before it carries requests (and turns on
+    /// [`Config::handshake`]).
+    pub fn handshake(mut self, hook: impl HandshakeHook) -> Self {
+        self.hook = Some(Arc::new(hook));
+        self.config.handshake = true;
+        self
+    }
+
+    /// How many events each [`Events`] subscriber may have unread before the oldest are
+    /// dropped (and counted in [`ClientEvent::Missed`]). Default 1024.
+    pub fn event_capacity(mut self, capacity: usize) -> Self {
+        self.event_capacity = capacity;
+        self
+    }
+
+    /// Validates the configuration, spawns the driver on `runtime` and returns the client.
+    pub fn build(self, runtime: Arc<dyn Runtime>) -> Result<Client, BuildError> {
+        if self.config.handshake && self.hook.is_none() {
+            return Err(BuildError::MissingHandshakeHook);
+        }
+        let shared = Arc::new(Shared::new(self.event_capacity));
+        let frame_timeout = (!self.frame_timeout.is_zero()).then_some(self.frame_timeout);
+        let (driver, initial_nodes) = Driver::new(
+            runtime,
+            self.config,
+            &self.nodes,
+            Arc::clone(&shared),
+            self.codec,
+            self.hook,
+            frame_timeout,
+        )?;
+        let runtime = driver.runtime();
+        runtime.spawn(Box::pin(driver));
+        Ok(Client {
+            handle: Arc::new(Handle {
+                shared,
+                initial_nodes,
+            }),
+        })
+    }
+}
+
+impl fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("config", &self.config)
+            .field("nodes", &self.nodes)
+            .field("codec", &self.codec)
+            .field("handshake_hook", &self.hook.is_some())
+            .field("frame_timeout", &self.frame_timeout)
+            .finish()
+    }
+}
+
+/// A handle to a running keepwire driver. Cheap to clone; `Send + Sync`; every clone talks to
+/// the same driver. The driver shuts down when [`Client::shutdown`] is called or the last
+/// clone is dropped.
+#[derive(Clone, Debug)]
+pub struct Client {
+    handle: Arc<Handle>,
+}
+
+#[derive(Debug)]
+struct Handle {
+    shared: Arc<Shared>,
+    initial_nodes: Vec<NodeId>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // The driver may already be gone; then there is nothing to stop.
+        let _ = self.shared.inbox.push(Command::Shutdown(None));
+    }
+}
+
+impl Client {
+    /// Sends `payload` to `target` (a node, or the best node by keepwire's selection rule)
+    /// and waits for the response payload, for at most `timeout` from now on the runtime's
+    /// clock.
+    ///
+    /// Dropping the returned future cancels the request.
+    pub async fn send(
+        &self,
+        target: Target,
+        payload: impl Into<Bytes>,
+        timeout: Duration,
+    ) -> Result<Bytes, SendError> {
+        let (reply, receiver) = reply();
+        let command = Command::Send {
+            target,
+            payload: payload.into(),
+            timeout,
+            reply,
+        };
+        if self.handle.shared.inbox.push(command).is_err() {
+            return Err(SendError::Shutdown);
+        }
+        let mut pending = CancelOnDrop {
+            receiver,
+            shared: &self.handle.shared,
+            done: false,
+        };
+        let result = (&mut pending.receiver).await;
+        pending.done = true;
+        result.unwrap_or(Err(SendError::Shutdown))
+    }
+
+    /// The nodes given to the builder, in order.
+    pub fn initial_nodes(&self) -> &[NodeId] {
+        &self.handle.initial_nodes
+    }
+
+    /// Adds a node.
+    pub async fn add_node(&self, addr: SocketAddr) -> Result<NodeId, CommandError> {
+        self.call(|reply| Command::AddNode(addr, reply)).await
+    }
+
+    /// Removes a node: its connection closes and its requests end.
+    pub async fn remove_node(&self, node: NodeId) -> Result<(), CommandError> {
+        self.node_op(node, NodeOp::Remove).await
+    }
+
+    /// Takes a node out of selection.
+    pub async fn disable_node(&self, node: NodeId) -> Result<(), CommandError> {
+        self.node_op(node, NodeOp::Disable).await
+    }
+
+    /// Puts a node back into selection; its cached connections are evicted.
+    pub async fn enable_node(&self, node: NodeId) -> Result<(), CommandError> {
+        self.node_op(node, NodeOp::Enable).await
+    }
+
+    /// Records the node's restart epoch; a change evicts its connections.
+    pub async fn set_epoch(&self, node: NodeId, epoch: u64) -> Result<(), CommandError> {
+        self.node_op(node, NodeOp::SetEpoch(epoch)).await
+    }
+
+    /// Evicts the node's connection now; the next request opens a fresh one.
+    pub async fn evict(&self, node: NodeId) -> Result<(), CommandError> {
+        self.node_op(node, NodeOp::Evict).await
+    }
+
+    /// Opens a connection to the node now (once its reconnect backoff has passed) instead of
+    /// waiting for a request.
+    pub async fn connect(&self, node: NodeId) -> Result<(), CommandError> {
+        self.node_op(node, NodeOp::Connect).await
+    }
+
+    /// A snapshot of keepwire's counters.
+    pub async fn counters(&self) -> Result<Counters, CommandError> {
+        self.call(Command::Counters).await
+    }
+
+    /// The node's state, its connection and, when connected, its socket options read back.
+    pub async fn node_info(&self, node: NodeId) -> Result<NodeInfo, CommandError> {
+        self.call(|reply| Command::NodeInfo(node, reply))
+            .await?
+            .ok_or(CommandError::StaleNode(node))
+    }
+
+    /// Subscribes to state changes, writability flips, evictions, quarantines and socket
+    /// option reports, from now on.
+    pub fn subscribe(&self) -> Events {
+        Events {
+            subscription: self.handle.shared.hub.subscribe(),
+        }
+    }
+
+    /// Closes every connection and ends every pending request (with
+    /// [`SendError::Shutdown`]); returns once the driver has stopped. Later calls fail with
+    /// `Shutdown`.
+    pub async fn shutdown(&self) {
+        let (reply, receiver) = reply();
+        if self
+            .handle
+            .shared
+            .inbox
+            .push(Command::Shutdown(Some(reply)))
+            .is_ok()
+        {
+            receiver.await;
+        }
+    }
+
+    async fn node_op(&self, node: NodeId, op: NodeOp) -> Result<(), CommandError> {
+        self.call(|reply| Command::Node { node, op, reply })
+            .await?
+            .map_err(|_| CommandError::StaleNode(node))
+    }
+
+    async fn call<T>(
+        &self,
+        command: impl FnOnce(crate::sync::ReplySender<T>) -> Command,
+    ) -> Result<T, CommandError> {
+        let (reply, receiver) = reply();
+        if self.handle.shared.inbox.push(command(reply)).is_err() {
+            return Err(CommandError::Shutdown);
+        }
+        receiver.await.ok_or(CommandError::Shutdown)
+    }
+}
+
+/// Cancels the request if the caller stops waiting before the response.
+struct CancelOnDrop<'a> {
+    receiver: ReplyReceiver<Result<Bytes, SendError>>,
+    shared: &'a Shared,
+    done: bool,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if let Some(id) = self.receiver.abandon() {
+            let _ = self.shared.inbox.push(Command::Cancel(id));
+        }
+    }
+}
+
+/// A node as the driver sees it.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct NodeInfo {
+    /// The node's connection state.
+    pub state: NodeState,
+    /// Its current connection, if any.
+    pub conn: Option<ConnId>,
+    /// Bytes queued or being written on it (frames plus per-frame overhead).
+    pub pending_bytes: u64,
+    /// Whether a request may be queued on it (below the watermarks).
+    pub writable: bool,
+    /// Requests queued, being written or awaiting a response.
+    pub in_flight: usize,
+    /// The connected socket, if the connection is past the TCP connect.
+    pub socket: Option<SocketInfo>,
+}
+
+/// A connected socket: addresses, options read back with `getsockopt`, and the options that
+/// could not be applied.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct SocketInfo {
+    /// The connection.
+    pub conn: ConnId,
+    /// The local address.
+    pub local_addr: Option<SocketAddr>,
+    /// The peer's address.
+    pub peer_addr: Option<SocketAddr>,
+    /// The options as the kernel reports them now.
+    pub readback: SocketReadback,
+    /// The options that were not applied when the socket was created.
+    pub report: OptionReport,
+}
+
+/// Something the application may want to know about its nodes.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum ClientEvent {
+    /// An event from the keepwire pool: a state change with its reason, a writability flip,
+    /// an eviction, a quarantine or a readmission (request outcomes go to their callers).
+    /// Its instants are nanoseconds since the client was built, on the runtime's clock.
+    Pool(Event),
+    /// Some socket options could not be applied to a new connection.
+    SocketOptions {
+        /// The connection.
+        conn: ConnId,
+        /// What was not applied, and why.
+        report: OptionReport,
+    },
+    /// A handshake hook failed.
+    HandshakeFailed {
+        /// The connection.
+        conn: ConnId,
+        /// The hook's error.
+        error: HandshakeError,
+    },
+    /// This subscriber fell behind and this many events were dropped.
+    Missed(u64),
+}
+
+/// A stream of [`ClientEvent`]s, from [`Client::subscribe`].
+#[derive(Debug)]
+pub struct Events {
+    subscription: Subscription<ClientEvent>,
+}
+
+impl Events {
+    /// The next event, or `None` once the client has shut down and every event was read.
+    pub async fn recv(&mut self) -> Option<ClientEvent> {
+        poll_fn(|cx| match self.subscription.poll_next(cx) {
+            Poll::Ready(next) => Poll::Ready(into_event(next)),
+            Poll::Pending => Poll::Pending,
+        })
+        .await
+    }
+
+    /// The next event if one is queued.
+    pub fn try_recv(&mut self) -> Option<ClientEvent> {
+        self.subscription.try_next().and_then(into_event)
+    }
+}
+
+fn into_event(next: Next<ClientEvent>) -> Option<ClientEvent> {
+    match next {
+        Next::Event(event) => Some(event),
+        Next::Missed(n) => Some(ClientEvent::Missed(n)),
+        Next::Closed => None,
+    }
+}

@@ -1,0 +1,726 @@
+//! The driver: one future that owns the keepwire [`Pool`] and every socket, spawned once on
+//! the runtime. Client handles reach it only through the command inbox, so the pool is never
+//! shared, no lock is held across an await or a syscall, and handing bytes out cannot race a
+//! deadline dropping them.
+//!
+//! Each poll repeats, until nothing moves: take commands → run the pool's actions → poll the
+//! connect and handshake futures → write and read every open connection → deliver events →
+//! fire the timer armed at the pool's next deadline (or the earliest slow-drip deadline).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use keepwire_proto::{
+    Action, CloseReason, Config, ConnId, Counters, Event, Failure, HandleError, Instant, NodeId,
+    Outcome, Pool, RequestId, Target, Violation,
+};
+
+use crate::client::{ClientEvent, NodeInfo, SocketInfo};
+use crate::codec::Codec;
+use crate::error::{BuildError, SendError, failure_of};
+use crate::handshake::{HandshakeError, HandshakeHook, HandshakeIo};
+use crate::runtime::{BoxFuture, IoStream, Runtime, Timer};
+use crate::socket::{OptionReport, prepare_socket, read_back};
+use crate::sync::{Hub, Inbox, ReplySender};
+
+/// What client handles and the driver share: the command inbox and the event fan-out.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) inbox: Inbox<Command>,
+    pub(crate) hub: Hub<ClientEvent>,
+}
+
+impl Shared {
+    pub(crate) fn new(event_capacity: usize) -> Self {
+        Self {
+            inbox: Inbox::new(),
+            hub: Hub::new(event_capacity),
+        }
+    }
+}
+
+/// A request from a client handle to the driver.
+#[derive(Debug)]
+pub(crate) enum Command {
+    Send {
+        target: Target,
+        payload: Bytes,
+        timeout: Duration,
+        reply: ReplySender<Result<Bytes, SendError>>,
+    },
+    Cancel(RequestId),
+    AddNode(SocketAddr, ReplySender<NodeId>),
+    Node {
+        node: NodeId,
+        op: NodeOp,
+        reply: ReplySender<Result<(), HandleError>>,
+    },
+    Counters(ReplySender<Counters>),
+    NodeInfo(NodeId, ReplySender<Option<NodeInfo>>),
+    Shutdown(Option<ReplySender<()>>),
+}
+
+/// A node command.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum NodeOp {
+    Remove,
+    Enable,
+    Disable,
+    SetEpoch(u64),
+    Evict,
+    Connect,
+}
+
+/// Rounds of work in one poll before the driver yields to other tasks.
+const ROUNDS_PER_POLL: usize = 32;
+/// Writes or reads on one connection in one round.
+const IO_BUDGET: usize = 64;
+/// Bytes read from a socket at a time.
+const READ_CHUNK: usize = 64 * 1024;
+
+pub(crate) struct Driver {
+    runtime: Arc<dyn Runtime>,
+    origin: std::time::Instant,
+    pool: Pool,
+    shared: Arc<Shared>,
+    codec: Arc<dyn Codec>,
+    hook: Option<Arc<dyn HandshakeHook>>,
+    frame_timeout: Option<Duration>,
+    conns: BTreeMap<ConnId, Conn>,
+    waiting: HashMap<RequestId, ReplySender<Result<Bytes, SendError>>>,
+    commands: VecDeque<Command>,
+    timer: Option<(Pin<Box<dyn Timer>>, Instant)>,
+    read_buf: Box<[u8]>,
+    conn_ids: Vec<ConnId>,
+    shutdown_replies: Vec<ReplySender<()>>,
+    stopping: bool,
+}
+
+/// One connection's socket, through its lifecycle.
+enum Conn {
+    Connecting {
+        connect: BoxFuture<'static, io::Result<Box<dyn IoStream>>>,
+        report: OptionReport,
+    },
+    Handshaking {
+        handshake: BoxFuture<'static, Result<HandshakeIo, HandshakeError>>,
+        report: OptionReport,
+    },
+    Open(OpenConn),
+}
+
+struct OpenConn {
+    stream: Box<dyn IoStream>,
+    report: OptionReport,
+    inbound: BytesMut,
+    /// When the response now partly received started arriving.
+    partial_since: Option<Instant>,
+}
+
+impl Driver {
+    pub(crate) fn new(
+        runtime: Arc<dyn Runtime>,
+        config: Config,
+        nodes: &[SocketAddr],
+        shared: Arc<Shared>,
+        codec: Arc<dyn Codec>,
+        hook: Option<Arc<dyn HandshakeHook>>,
+        frame_timeout: Option<Duration>,
+    ) -> Result<(Self, Vec<NodeId>), BuildError> {
+        let origin = runtime.now();
+        let mut pool = Pool::new(config, Instant::ZERO)?;
+        let ids = nodes
+            .iter()
+            .map(|addr| pool.add_node(Instant::ZERO, *addr))
+            .collect();
+        let driver = Self {
+            runtime,
+            origin,
+            pool,
+            shared,
+            codec,
+            hook,
+            frame_timeout,
+            conns: BTreeMap::new(),
+            waiting: HashMap::new(),
+            commands: VecDeque::new(),
+            timer: None,
+            read_buf: vec![0; READ_CHUNK].into_boxed_slice(),
+            conn_ids: Vec::new(),
+            shutdown_replies: Vec::new(),
+            stopping: false,
+        };
+        Ok((driver, ids))
+    }
+
+    pub(crate) fn runtime(&self) -> Arc<dyn Runtime> {
+        Arc::clone(&self.runtime)
+    }
+
+    fn now(&self) -> Instant {
+        let elapsed = self.runtime.now().saturating_duration_since(self.origin);
+        Instant::from_nanos(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// One round of work; whether anything moved.
+    fn round(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut moved = self.take_commands(cx);
+        moved |= self.poll_setups(cx);
+        moved |= self.poll_io(cx);
+        moved |= self.poll_timer(cx);
+        self.settle();
+        moved
+    }
+
+    /// Runs the pool's actions and delivers its events: after every input.
+    fn settle(&mut self) {
+        let now = self.now();
+        while let Some(action) = self.pool.poll_action() {
+            self.perform(now, &action);
+        }
+        while let Some(event) = self.pool.poll_event() {
+            match event {
+                Event::RequestDone { id, outcome, .. } => {
+                    if let Some(reply) = self.waiting.remove(&id) {
+                        reply.send(result_of(outcome));
+                    }
+                }
+                other => self.publish(&ClientEvent::Pool(other)),
+            }
+        }
+    }
+
+    fn publish(&self, event: &ClientEvent) {
+        self.shared.hub.publish(event);
+    }
+
+    fn take_commands(&mut self, cx: &mut Context<'_>) -> bool {
+        self.shared.inbox.drain_into(cx.waker(), &mut self.commands);
+        let moved = !self.commands.is_empty();
+        while let Some(command) = self.commands.pop_front() {
+            self.execute(command);
+            self.settle();
+        }
+        moved
+    }
+
+    fn execute(&mut self, command: Command) {
+        let now = self.now();
+        match command {
+            Command::Send {
+                target,
+                payload,
+                timeout,
+                reply,
+            } => self.submit(now, target, &payload, timeout, reply),
+            Command::Cancel(id) => {
+                // Already ended is fine: the outcome was delivered (and dropped) then.
+                let _ = self.pool.cancel(now, id);
+            }
+            Command::AddNode(addr, reply) => reply.send(self.pool.add_node(now, addr)),
+            Command::Node { node, op, reply } => {
+                let result = match op {
+                    NodeOp::Remove => self.pool.remove_node(now, node),
+                    NodeOp::Enable => self.pool.enable_node(now, node),
+                    NodeOp::Disable => self.pool.disable_node(now, node),
+                    NodeOp::SetEpoch(epoch) => self.pool.set_epoch(now, node, epoch),
+                    NodeOp::Evict => self.pool.evict(now, node),
+                    NodeOp::Connect => self.pool.connect(now, node),
+                };
+                reply.send(result);
+            }
+            Command::Counters(reply) => reply.send(self.pool.counters()),
+            Command::NodeInfo(node, reply) => reply.send(self.node_info(node)),
+            Command::Shutdown(reply) => {
+                self.pool.shutdown(now);
+                self.stopping = true;
+                self.shutdown_replies.extend(reply);
+            }
+        }
+    }
+
+    /// Frames the payload with the id the pool will give the request, then submits it: both
+    /// here, in the driver's single task, so nothing can take the id in between.
+    fn submit(
+        &mut self,
+        now: Instant,
+        target: Target,
+        payload: &[u8],
+        timeout: Duration,
+        reply: ReplySender<Result<Bytes, SendError>>,
+    ) {
+        if reply.is_abandoned() {
+            return;
+        }
+        let id = self.pool.next_request_id();
+        let frame = match self.codec.encode(id, payload) {
+            Ok(frame) => frame,
+            Err(e) => return reply.send(Err(e.into())),
+        };
+        match self.pool.submit(now, target, now + timeout, frame) {
+            Ok(submitted) => {
+                debug_assert_eq!(
+                    submitted, id,
+                    "Pool::next_request_id must predict submit's id"
+                );
+                if reply.set_request(submitted) {
+                    self.waiting.insert(submitted, reply);
+                } else {
+                    let _ = self.pool.cancel(now, submitted);
+                }
+            }
+            Err(e) => reply.send(Err(e.into())),
+        }
+    }
+
+    fn node_info(&self, node: NodeId) -> Option<NodeInfo> {
+        let conn = self.pool.current_conn(node);
+        let socket = conn.and_then(|conn| match self.conns.get(&conn) {
+            Some(Conn::Open(open)) => {
+                let socket = open.stream.socket();
+                Some(SocketInfo {
+                    conn,
+                    local_addr: socket.local_addr().ok().and_then(|a| a.as_socket()),
+                    peer_addr: socket.peer_addr().ok().and_then(|a| a.as_socket()),
+                    readback: read_back(&socket),
+                    report: open.report.clone(),
+                })
+            }
+            _ => None,
+        });
+        Some(NodeInfo {
+            state: self.pool.node_state(node)?,
+            conn,
+            pending_bytes: self.pool.pending_bytes(node).unwrap_or(0),
+            writable: self.pool.is_writable(node).unwrap_or(false),
+            in_flight: self.pool.in_flight(node).unwrap_or(0),
+            socket,
+        })
+    }
+
+    fn perform(&mut self, now: Instant, action: &Action) {
+        match *action {
+            Action::Open {
+                conn,
+                addr,
+                options,
+                ..
+            } => match prepare_socket(addr, &options) {
+                Ok((socket, report)) => {
+                    if !report.is_empty() {
+                        self.publish(&ClientEvent::SocketOptions {
+                            conn,
+                            report: report.clone(),
+                        });
+                    }
+                    let connect = self.runtime.connect(socket, addr);
+                    self.conns
+                        .insert(conn, Conn::Connecting { connect, report });
+                }
+                Err(e) => {
+                    let _ = self.pool.handle_connect_failed(now, conn, failure_of(&e));
+                }
+            },
+            Action::Handshake { conn } => match (self.conns.remove(&conn), &self.hook) {
+                (Some(Conn::Open(open)), Some(hook)) => {
+                    let handshake = hook.handshake(HandshakeIo::new(conn, open.stream));
+                    self.conns.insert(
+                        conn,
+                        Conn::Handshaking {
+                            handshake,
+                            report: open.report,
+                        },
+                    );
+                }
+                (Some(other), None) => {
+                    // Config::handshake without a hook is refused at build time; should the
+                    // pool ask anyway, there is nothing to run.
+                    self.conns.insert(conn, other);
+                    let _ = self.pool.handle_handshake_done(now, conn);
+                }
+                (Some(other), Some(_)) => {
+                    self.conns.insert(conn, other);
+                }
+                (None, _) => {}
+            },
+            Action::Close { conn, .. } => {
+                // Dropping the socket closes it; a pending connect or handshake is abandoned.
+                self.conns.remove(&conn);
+            }
+            _ => {}
+        }
+    }
+
+    fn snapshot_conn_ids(&mut self, open: bool) {
+        self.conn_ids.clear();
+        let ids = self
+            .conns
+            .iter()
+            .filter(|(_, c)| matches!(c, Conn::Open(_)) == open)
+            .map(|(id, _)| *id);
+        self.conn_ids.extend(ids);
+    }
+
+    /// Polls connects and handshakes; reports each that finished.
+    fn poll_setups(&mut self, cx: &mut Context<'_>) -> bool {
+        self.snapshot_conn_ids(false);
+        let mut moved = false;
+        for i in 0..self.conn_ids.len() {
+            let conn = self.conn_ids[i];
+            let Some(Conn::Connecting { .. } | Conn::Handshaking { .. }) = self.conns.get(&conn)
+            else {
+                continue;
+            };
+            let Some(entry) = self.conns.remove(&conn) else {
+                continue;
+            };
+            let now = self.now();
+            match entry {
+                Conn::Connecting {
+                    mut connect,
+                    report,
+                } => match connect.as_mut().poll(cx) {
+                    Poll::Pending => {
+                        self.conns
+                            .insert(conn, Conn::Connecting { connect, report });
+                        continue;
+                    }
+                    Poll::Ready(Ok(stream)) => {
+                        self.conns
+                            .insert(conn, Conn::Open(OpenConn::new(stream, report)));
+                        if self.pool.handle_connected(now, conn).is_err() {
+                            self.conns.remove(&conn);
+                        }
+                    }
+                    Poll::Ready(Err(e)) => {
+                        let _ = self.pool.handle_connect_failed(now, conn, failure_of(&e));
+                    }
+                },
+                Conn::Handshaking {
+                    mut handshake,
+                    report,
+                } => match handshake.as_mut().poll(cx) {
+                    Poll::Pending => {
+                        self.conns
+                            .insert(conn, Conn::Handshaking { handshake, report });
+                        continue;
+                    }
+                    Poll::Ready(Ok(io)) => {
+                        self.conns
+                            .insert(conn, Conn::Open(OpenConn::new(io.into_stream(), report)));
+                        if self.pool.handle_handshake_done(now, conn).is_err() {
+                            self.conns.remove(&conn);
+                        }
+                    }
+                    Poll::Ready(Err(error)) => {
+                        let _ = self
+                            .pool
+                            .handle_handshake_failed(now, conn, error.is_auth());
+                        self.publish(&ClientEvent::HandshakeFailed { conn, error });
+                    }
+                },
+                Conn::Open(open) => {
+                    self.conns.insert(conn, Conn::Open(open));
+                    continue;
+                }
+            }
+            moved = true;
+            self.settle();
+        }
+        moved
+    }
+
+    /// Writes what the pool hands out and reads what peers sent, on every open connection.
+    fn poll_io(&mut self, cx: &mut Context<'_>) -> bool {
+        self.snapshot_conn_ids(true);
+        let mut moved = false;
+        for i in 0..self.conn_ids.len() {
+            let conn = self.conn_ids[i];
+            moved |= self.flush(cx, conn);
+            self.settle();
+            moved |= self.fill(cx, conn);
+            self.settle();
+        }
+        moved
+    }
+
+    fn flush(&mut self, cx: &mut Context<'_>, conn: ConnId) -> bool {
+        let mut moved = false;
+        for _ in 0..IO_BUDGET {
+            let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
+                return moved;
+            };
+            let Some(bytes) = self.pool.poll_transmit(conn) else {
+                return moved;
+            };
+            let written = open.stream.poll_write(cx, &bytes);
+            let now = self.now();
+            match written {
+                Poll::Ready(Ok(0)) if !bytes.is_empty() => {
+                    self.lost(now, conn, Failure::PeerClosed);
+                    return true;
+                }
+                Poll::Ready(Ok(n)) => {
+                    let _ = self.pool.handle_written(now, conn, n);
+                    moved = true;
+                }
+                Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {
+                    let _ = self.pool.handle_written(now, conn, 0);
+                }
+                Poll::Ready(Err(e)) => {
+                    self.lost(now, conn, failure_of(&e));
+                    return true;
+                }
+                Poll::Pending => {
+                    let _ = self.pool.handle_written(now, conn, 0);
+                    return moved;
+                }
+            }
+        }
+        cx.waker().wake_by_ref();
+        moved
+    }
+
+    fn fill(&mut self, cx: &mut Context<'_>, conn: ConnId) -> bool {
+        let mut moved = false;
+        for _ in 0..IO_BUDGET {
+            let now = self.now();
+            let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
+                return moved;
+            };
+            let read = open.stream.poll_read(cx, &mut self.read_buf);
+            match read {
+                Poll::Pending => return moved,
+                Poll::Ready(Ok(0)) => {
+                    self.lost(now, conn, Failure::PeerClosed);
+                    return true;
+                }
+                Poll::Ready(Ok(n)) => {
+                    open.inbound.extend_from_slice(&self.read_buf[..n]);
+                    moved = true;
+                    if !self.decode(now, conn) {
+                        return true;
+                    }
+                }
+                Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                Poll::Ready(Err(e)) => {
+                    self.lost(now, conn, failure_of(&e));
+                    return true;
+                }
+            }
+        }
+        cx.waker().wake_by_ref();
+        moved
+    }
+
+    /// Hands every complete response to the pool; `false` if the connection was closed.
+    fn decode(&mut self, now: Instant, conn: ConnId) -> bool {
+        let mut completed = false;
+        loop {
+            let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
+                return false;
+            };
+            match self.codec.decode(&mut open.inbound) {
+                Ok(Some(response)) => {
+                    completed = true;
+                    if self
+                        .pool
+                        .handle_response(now, conn, response.id, response.payload)
+                        .is_err()
+                    {
+                        // An unknown id: the pool closed the connection (a Close follows).
+                        self.conns.remove(&conn);
+                        return false;
+                    }
+                }
+                Ok(None) => {
+                    if open.inbound.is_empty() {
+                        open.partial_since = None;
+                    } else if completed || open.partial_since.is_none() {
+                        open.partial_since = Some(now);
+                    }
+                    return true;
+                }
+                Err(violation) => {
+                    self.violated(now, conn, violation);
+                    return false;
+                }
+            }
+        }
+    }
+
+    fn lost(&mut self, now: Instant, conn: ConnId, failure: Failure) {
+        let _ = self.pool.handle_closed(now, conn, failure);
+        self.conns.remove(&conn);
+    }
+
+    fn violated(&mut self, now: Instant, conn: ConnId, violation: Violation) {
+        let _ = self.pool.handle_violation(now, conn, violation);
+        self.conns.remove(&conn);
+    }
+
+    /// The earliest instant at which some partly received response becomes too slow.
+    fn next_drip_deadline(&self) -> Option<Instant> {
+        let limit = self.frame_timeout?;
+        self.conns
+            .values()
+            .filter_map(|c| match c {
+                Conn::Open(open) => open.partial_since.map(|since| since.expiry_after(limit)),
+                _ => None,
+            })
+            .min()
+    }
+
+    fn check_drips(&mut self, now: Instant) {
+        let Some(limit) = self.frame_timeout else {
+            return;
+        };
+        let slow: Vec<(ConnId, Duration)> = self
+            .conns
+            .iter()
+            .filter_map(|(id, c)| match c {
+                Conn::Open(OpenConn {
+                    partial_since: Some(since),
+                    ..
+                }) if now - *since > limit => Some((*id, now - *since)),
+                _ => None,
+            })
+            .collect();
+        for (conn, elapsed) in slow {
+            self.violated(now, conn, Violation::TooSlow { elapsed });
+        }
+    }
+
+    /// Arms the timer at the next deadline and fires what is due.
+    fn poll_timer(&mut self, cx: &mut Context<'_>) -> bool {
+        let next = match (self.pool.poll_timeout(), self.next_drip_deadline()) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => match a.or(b) {
+                Some(at) => at,
+                None => return false,
+            },
+        };
+        let now = self.now();
+        if next > now {
+            let Some(deadline) = self
+                .origin
+                .checked_add(Duration::from_nanos(next.as_nanos()))
+            else {
+                return false; // beyond the clock's range: never
+            };
+            let timer = match &mut self.timer {
+                Some((timer, armed)) => {
+                    if *armed != next {
+                        timer.as_mut().reset(deadline);
+                        *armed = next;
+                    }
+                    timer
+                }
+                None => {
+                    &mut self
+                        .timer
+                        .insert((self.runtime.new_timer(deadline), next))
+                        .0
+                }
+            };
+            if timer.as_mut().poll_fire(cx).is_pending() {
+                return false;
+            }
+        }
+        let now = self.now();
+        self.pool.handle_timeout(now);
+        self.check_drips(now);
+        true
+    }
+
+    /// Ends what the pool could not: every command still queued, every subscriber.
+    fn finish(&mut self) {
+        let now = self.now();
+        self.pool.shutdown(now);
+        self.settle();
+        for (_, reply) in self.waiting.drain() {
+            reply.send(Err(SendError::Shutdown));
+        }
+        self.conns.clear();
+        // Dropping the leftover commands drops their reply slots: callers read `Shutdown`.
+        drop(self.shared.inbox.close());
+        self.commands.clear();
+        self.shared.hub.close();
+        for reply in self.shutdown_replies.drain(..) {
+            reply.send(());
+        }
+    }
+}
+
+impl Future for Driver {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        for _ in 0..ROUNDS_PER_POLL {
+            let moved = this.round(cx);
+            if this.stopping {
+                this.finish();
+                return Poll::Ready(());
+            }
+            if !moved {
+                return Poll::Pending;
+            }
+        }
+        // Still busy: let other tasks run, then continue.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if !self.stopping {
+            // The runtime dropped the driver (it is shutting down): callers must not wait.
+            self.stopping = true;
+            self.finish();
+        }
+    }
+}
+
+impl OpenConn {
+    fn new(stream: Box<dyn IoStream>, report: OptionReport) -> Self {
+        Self {
+            stream,
+            report,
+            inbound: BytesMut::new(),
+            partial_since: None,
+        }
+    }
+}
+
+fn result_of(outcome: Outcome) -> Result<Bytes, SendError> {
+    match outcome {
+        Outcome::Response(payload) => Ok(payload),
+        Outcome::DeadlineExceeded { phase } => Err(SendError::DeadlineExceeded { phase }),
+        Outcome::ConnectionLost(CloseReason::Protocol(violation)) => {
+            Err(SendError::Protocol(violation))
+        }
+        Outcome::ConnectionLost(CloseReason::Shutdown) => Err(SendError::Shutdown),
+        Outcome::ConnectionLost(reason) => Err(SendError::ConnectionLost(reason)),
+        Outcome::Evicted(reason) => Err(SendError::Evicted(reason)),
+        Outcome::Cancelled => Err(SendError::Cancelled),
+        other => Err(SendError::Other(format!("{other:?}"))),
+    }
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("conns", &self.conns.len())
+            .field("waiting", &self.waiting.len())
+            .finish()
+    }
+}

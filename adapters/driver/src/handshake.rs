@@ -1,0 +1,128 @@
+//! The optional application handshake (TLS, an API-version exchange, authentication) that a
+//! connection runs after the TCP connect and before it carries requests. It runs under the
+//! same setup deadline as the connect.
+
+use std::fmt;
+use std::future::{Future, poll_fn};
+use std::io;
+
+use keepwire_proto::ConnId;
+use socket2::SockRef;
+
+use crate::runtime::{BoxFuture, IoStream};
+
+/// Runs the handshake on a freshly connected stream and hands the stream back when done.
+///
+/// Any `Fn(HandshakeIo) -> impl Future<Output = Result<HandshakeIo, HandshakeError>>` closure
+/// that is `Send + Sync` implements it.
+pub trait HandshakeHook: Send + Sync + 'static {
+    /// Performs the handshake on `io`.
+    fn handshake(&self, io: HandshakeIo)
+    -> BoxFuture<'static, Result<HandshakeIo, HandshakeError>>;
+}
+
+impl<F, Fut> HandshakeHook for F
+where
+    F: Fn(HandshakeIo) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<HandshakeIo, HandshakeError>> + Send + 'static,
+{
+    fn handshake(
+        &self,
+        io: HandshakeIo,
+    ) -> BoxFuture<'static, Result<HandshakeIo, HandshakeError>> {
+        Box::pin(self(io))
+    }
+}
+
+/// A connected stream lent to a [`HandshakeHook`].
+#[derive(Debug)]
+pub struct HandshakeIo {
+    conn: ConnId,
+    stream: Box<dyn IoStream>,
+}
+
+impl HandshakeIo {
+    pub(crate) fn new(conn: ConnId, stream: Box<dyn IoStream>) -> Self {
+        Self { conn, stream }
+    }
+
+    pub(crate) fn into_stream(self) -> Box<dyn IoStream> {
+        self.stream
+    }
+
+    /// The connection being set up.
+    pub fn conn(&self) -> ConnId {
+        self.conn
+    }
+
+    /// Reads some bytes into `buf`; `Ok(0)` is end of stream.
+    pub async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        poll_fn(|cx| self.stream.poll_read(cx, buf)).await
+    }
+
+    /// Writes all of `buf`.
+    pub async fn write_all(&mut self, mut buf: &[u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            let n = poll_fn(|cx| self.stream.poll_write(cx, buf)).await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            buf = &buf[n..];
+        }
+        Ok(())
+    }
+
+    /// The socket, for reading or setting options.
+    pub fn socket(&self) -> SockRef<'_> {
+        self.stream.socket()
+    }
+}
+
+/// Why a handshake failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandshakeError {
+    auth: bool,
+    message: String,
+}
+
+impl HandshakeError {
+    /// The peer refused our credentials: the node enters `AuthFailed`.
+    pub fn auth(message: impl Into<String>) -> Self {
+        Self {
+            auth: true,
+            message: message.into(),
+        }
+    }
+
+    /// Any other handshake failure.
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self {
+            auth: false,
+            message: message.into(),
+        }
+    }
+
+    /// Whether it was an authentication failure.
+    pub fn is_auth(&self) -> bool {
+        self.auth
+    }
+}
+
+impl fmt::Display for HandshakeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = if self.auth {
+            "authentication failed"
+        } else {
+            "handshake failed"
+        };
+        write!(f, "{kind}: {}", self.message)
+    }
+}
+
+impl std::error::Error for HandshakeError {}
+
+impl From<io::Error> for HandshakeError {
+    fn from(e: io::Error) -> Self {
+        Self::failed(e.to_string())
+    }
+}
