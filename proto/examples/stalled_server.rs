@@ -42,7 +42,10 @@ fn main() {
     println!("  time   what happened");
     while now < Instant::from_secs(6) {
         if now == stall.start {
-            println!("{}  --- the server stops reading: no FIN, no RST, the socket looks fine ---", at(now));
+            println!(
+                "{}  --- the server stops reading: no FIN, no RST, the socket looks fine ---",
+                at(now)
+            );
         }
         if now == stall.end {
             println!("{}  --- the server recovers ---", at(now));
@@ -86,7 +89,9 @@ fn main() {
             // The server answers each request it has read in full.
             while received.len() >= FRAME {
                 let frame: Vec<u8> = received.drain(..FRAME).collect();
-                let id = RequestId::from_u64(u64::from_be_bytes(frame[..8].try_into().expect("8 bytes")));
+                let id = RequestId::from_u64(u64::from_be_bytes(
+                    frame[..8].try_into().expect("8 bytes"),
+                ));
                 let _ = pool.handle_response(now, conn, id, Bytes::from_static(b"ok"));
             }
         }
@@ -103,7 +108,12 @@ fn main() {
     }
     let c = pool.counters();
     println!();
-    let Tally { ok, rejected, lost, late } = tally;
+    let Tally {
+        ok,
+        rejected,
+        lost,
+        late,
+    } = tally;
     println!(
         "answered {ok}, rejected at submit {rejected}, lost with the connection {lost}, past deadline {late}"
     );
@@ -129,7 +139,10 @@ fn narrate(pool: &mut Pool, now: Instant, tally: &mut Tally) {
                 Outcome::Response(_) => tally.ok += 1,
                 Outcome::ConnectionLost(reason) => {
                     tally.lost += 1;
-                    println!("{}  {id} failed at once: connection lost ({reason:?})", at(now));
+                    println!(
+                        "{}  {id} failed at once: connection lost ({reason:?})",
+                        at(now)
+                    );
                 }
                 Outcome::DeadlineExceeded { phase } => {
                     tally.late += 1;
@@ -137,11 +150,19 @@ fn narrate(pool: &mut Pool, now: Instant, tally: &mut Tally) {
                 }
                 other => println!("{}  {id} ended: {other:?}", at(now)),
             },
-            Event::StateChanged { from, to, reason, .. } => {
+            Event::StateChanged {
+                from, to, reason, ..
+            } => {
                 println!("{}  {from:?} -> {to:?} ({reason:?})", at(now));
             }
-            Event::Writability { writable, pending, .. } => {
-                let what = if writable { "writable again" } else { "UNWRITABLE" };
+            Event::Writability {
+                writable, pending, ..
+            } => {
+                let what = if writable {
+                    "writable again"
+                } else {
+                    "UNWRITABLE"
+                };
                 println!("{}  connection {what} at {pending} pending bytes", at(now));
             }
             _ => {}

@@ -17,7 +17,12 @@ pub struct Instant(u64);
 impl core::fmt::Debug for Instant {
     /// Seconds since the origin, to the nanosecond: `3.448630560s`.
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "{}.{:09}s", self.0 / 1_000_000_000, self.0 % 1_000_000_000)
+        write!(
+            f,
+            "{}.{:09}s",
+            self.0 / 1_000_000_000,
+            self.0 % 1_000_000_000
+        )
     }
 }
 
