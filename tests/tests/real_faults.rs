@@ -1,0 +1,420 @@
+//! Real sockets on loopback, on every runtime: a peer that stops reading (write timeout,
+//! watermarks), refused and hanging connects (fail fast, growing backoff and setup deadlines),
+//! a restarting peer and explicit eviction.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant as WallClock};
+
+use keepwire_driver::{Client, ClientBuilder, ClientEvent, Events, Runtime, SendError, Target};
+use keepwire_proto::{
+    CloseReason, Config, Event, EvictReason, Failure, NodeId, NodeState, Phase, Reason,
+};
+use keepwire_tests::peers::{Behaviour, FullAcceptQueue, Peer, RefusingPort};
+use keepwire_tests::{sleep, spawn, test_config, test_on_every_runtime, wait_for, within};
+
+const MIB: usize = 1024 * 1024;
+
+fn start(
+    runtime: &Arc<dyn Runtime>,
+    config: Config,
+    addr: std::net::SocketAddr,
+) -> (Client, NodeId, Events) {
+    let client = ClientBuilder::new(config)
+        .node(addr)
+        .build(Arc::clone(runtime))
+        .unwrap();
+    let events = client.subscribe();
+    let node = client.initial_nodes()[0];
+    (client, node, events)
+}
+
+fn stalling_config() -> Config {
+    let mut config = test_config();
+    config.socket.send_buffer_size = Some(4096);
+    config.socket.recv_buffer_size = Some(4096);
+    config.socket.user_timeout = None;
+    config
+}
+
+/// (a) A 4 MiB request to a peer that never reads stalls; the write timeout (500 ms) closes
+/// the connection within 500 ms + 250 ms, every request on it fails "connection lost: write
+/// timeout", and the next request opens a fresh connection.
+async fn write_timeout_closes_a_stalled_connection(runtime: Arc<dyn Runtime>) {
+    let peer = Peer::never_read();
+    let (client, node, _events) = start(&runtime, stalling_config(), peer.addr());
+    let started = WallClock::now();
+    let big = spawn(&*runtime, {
+        let client = client.clone();
+        async move {
+            client
+                .send(
+                    Target::Node(node),
+                    vec![7u8; 4 * MIB],
+                    Duration::from_secs(10),
+                )
+                .await
+        }
+    });
+    sleep(&*runtime, Duration::from_millis(50)).await;
+    let small = spawn(&*runtime, {
+        let client = client.clone();
+        async move {
+            client
+                .send(
+                    Target::Node(node),
+                    &b"queued behind"[..],
+                    Duration::from_secs(10),
+                )
+                .await
+        }
+    });
+    let big = big.join().await;
+    let detected = started.elapsed();
+    assert_eq!(
+        big,
+        Err(SendError::ConnectionLost(CloseReason::WriteTimeout))
+    );
+    assert_eq!(
+        big.unwrap_err().to_string(),
+        "connection lost: write timeout"
+    );
+    assert_eq!(
+        small.join().await,
+        Err(SendError::ConnectionLost(CloseReason::WriteTimeout))
+    );
+    println!("write timeout detected after {detected:?} (limit 500 ms)");
+    assert!(
+        detected >= Duration::from_millis(500),
+        "closed too early: {detected:?}"
+    );
+    assert!(
+        detected < Duration::from_millis(750),
+        "closed too late: {detected:?}"
+    );
+
+    // The next request goes out on a fresh connection (the peer still never answers).
+    let next = client
+        .send(
+            Target::Node(node),
+            &b"after"[..],
+            Duration::from_millis(700),
+        )
+        .await;
+    assert_eq!(
+        next,
+        Err(SendError::DeadlineExceeded {
+            phase: Phase::InFlight
+        })
+    );
+    assert_eq!(peer.accepted(), 2, "a fresh connection was opened");
+    let counters = client.counters().await.unwrap();
+    assert_eq!(counters.write_timeouts, 1, "{counters:?}");
+    assert_eq!(counters.reconnects, 1, "{counters:?}");
+    client.shutdown().await;
+}
+
+/// (b) Same peer, write timeout off, 64 KiB high watermark: once enough is queued the next
+/// send fails at once with NotWritable, and the connection stays open.
+async fn a_send_above_the_high_watermark_fails_at_once(runtime: Arc<dyn Runtime>) {
+    let peer = Peer::never_read();
+    let mut config = stalling_config();
+    config.write_timeout = Duration::ZERO;
+    config.high_watermark = 64 * 1024;
+    config.low_watermark = 32 * 1024;
+    let (client, node, mut events) = start(&runtime, config, peer.addr());
+    let mut queued = Vec::new();
+    while client.node_info(node).await.unwrap().writable {
+        assert!(queued.len() < 64, "never became unwritable");
+        let client = client.clone();
+        queued.push(spawn(&*runtime, async move {
+            client
+                .send(
+                    Target::Node(node),
+                    vec![1u8; 8 * 1024],
+                    Duration::from_secs(20),
+                )
+                .await
+        }));
+        sleep(&*runtime, Duration::from_millis(10)).await;
+    }
+    let pending = wait_for(
+        &*runtime,
+        &mut events,
+        Duration::from_secs(1),
+        "unwritable flip",
+        |e| match e {
+            Event::Writability {
+                writable: false,
+                pending,
+                ..
+            } => Some(*pending),
+            _ => None,
+        },
+    )
+    .await;
+    assert!(pending > 64 * 1024, "flipped at {pending} bytes");
+
+    let started = WallClock::now();
+    let rejected = client
+        .send(
+            Target::Node(node),
+            vec![2u8; 8 * 1024],
+            Duration::from_secs(20),
+        )
+        .await;
+    let took = started.elapsed();
+    assert_eq!(rejected, Err(SendError::NotWritable));
+    assert!(took < Duration::from_millis(100), "rejection took {took:?}");
+
+    let info = client.node_info(node).await.unwrap();
+    assert_eq!(info.state, NodeState::Ready, "the connection stays open");
+    assert!(
+        info.pending_bytes <= 64 * 1024 + 8 * 1024 + 96,
+        "{} pending",
+        info.pending_bytes
+    );
+    assert_eq!(peer.accepted(), 1);
+    let counters = client.counters().await.unwrap();
+    assert_eq!(counters.unwritable_rejections, 1, "{counters:?}");
+    assert_eq!(counters.write_timeouts, 0, "{counters:?}");
+
+    client.shutdown().await;
+    for request in queued {
+        let outcome = request.join().await;
+        assert!(
+            matches!(outcome, Err(SendError::Shutdown | SendError::NotWritable)),
+            "every queued request ends typed: {outcome:?}"
+        );
+    }
+}
+
+/// (c) A refused connect fails the request fast; each further attempt waits a reconnect
+/// backoff that doubles (100, 200, 400 ms) up to its 800 ms cap.
+async fn a_refused_connect_fails_fast_and_backs_off_exponentially(runtime: Arc<dyn Runtime>) {
+    let port = RefusingPort::new();
+    let (client, node, mut events) = start(&runtime, test_config(), port.addr());
+    let started = WallClock::now();
+    let outcome = client
+        .send(Target::Node(node), &b"hello"[..], Duration::from_secs(5))
+        .await;
+    let took = started.elapsed();
+    assert_eq!(
+        outcome,
+        Err(SendError::ConnectionLost(CloseReason::ConnectFailed(
+            Failure::Refused
+        )))
+    );
+    assert!(took < Duration::from_millis(250), "refusal took {took:?}");
+
+    let mut backoffs = Vec::new();
+    let mut attempt_starts = Vec::new();
+    for attempt in 0..5 {
+        let (at, backoff) = wait_for(
+            &*runtime,
+            &mut events,
+            Duration::from_secs(3),
+            "refused attempt",
+            |e| match e {
+                Event::StateChanged {
+                    to: NodeState::Disconnected { reconnect_at },
+                    reason: Reason::Closed(CloseReason::ConnectFailed(Failure::Refused)),
+                    at,
+                    ..
+                } => Some((*at, *reconnect_at - *at)),
+                _ => None,
+            },
+        )
+        .await;
+        backoffs.push(backoff.as_millis());
+        if attempt > 0 {
+            attempt_starts.push(at);
+        }
+        client.connect(node).await.unwrap();
+    }
+    assert_eq!(backoffs, [100, 200, 400, 800, 800]);
+    let counters = client.counters().await.unwrap();
+    assert_eq!(counters.connects, 5, "{counters:?}");
+    client.shutdown().await;
+}
+
+/// (c) A connect into a full accept queue hangs; it is abandoned at the 300 ms setup deadline,
+/// and the next attempt's deadline doubles to 600 ms.
+async fn a_hanging_connect_is_abandoned_at_a_growing_setup_deadline(runtime: Arc<dyn Runtime>) {
+    let queue = FullAcceptQueue::new();
+    let (client, node, mut events) = start(&runtime, test_config(), queue.addr());
+    let started = WallClock::now();
+    let outcome = client
+        .send(Target::Node(node), &b"hello"[..], Duration::from_secs(5))
+        .await;
+    let first_wall = started.elapsed();
+    assert_eq!(
+        outcome,
+        Err(SendError::ConnectionLost(CloseReason::SetupTimeout))
+    );
+    println!("setup timeout detected after {first_wall:?} (limit 300 ms)");
+    assert!(first_wall >= Duration::from_millis(300), "{first_wall:?}");
+    assert!(first_wall < Duration::from_millis(550), "{first_wall:?}");
+
+    let mut attempts = Vec::new();
+    for _ in 0..2 {
+        let connecting_at = wait_for(
+            &*runtime,
+            &mut events,
+            Duration::from_secs(3),
+            "connect attempt",
+            |e| match e {
+                Event::StateChanged {
+                    to: NodeState::Connecting,
+                    at,
+                    ..
+                } => Some(*at),
+                _ => None,
+            },
+        )
+        .await;
+        let abandoned_at = wait_for(
+            &*runtime,
+            &mut events,
+            Duration::from_secs(3),
+            "setup timeout",
+            |e| match e {
+                Event::StateChanged {
+                    reason: Reason::Closed(CloseReason::SetupTimeout),
+                    at,
+                    ..
+                } => Some(*at),
+                _ => None,
+            },
+        )
+        .await;
+        attempts.push(abandoned_at - connecting_at);
+        client.connect(node).await.unwrap();
+    }
+    println!("setup deadlines observed: {attempts:?}");
+    assert!(
+        attempts[0] > Duration::from_millis(300) && attempts[0] < Duration::from_millis(550),
+        "{attempts:?}"
+    );
+    assert!(
+        attempts[1] > Duration::from_millis(600) && attempts[1] < Duration::from_millis(850),
+        "{attempts:?}"
+    );
+    let counters = client.counters().await.unwrap();
+    assert_eq!(counters.setup_timeouts, 2, "{counters:?}");
+    client.shutdown().await;
+}
+
+/// (d) A peer restarting on the same port ends the requests it held with a typed outcome;
+/// the next request reconnects and is answered.
+async fn a_restarted_peer_ends_old_requests_and_the_next_reconnects(runtime: Arc<dyn Runtime>) {
+    let mut peer = Peer::start(Behaviour::Hold);
+    let (client, node, _events) = start(&runtime, test_config(), peer.addr());
+    let held: Vec<_> = (0..3)
+        .map(|i| {
+            let client = client.clone();
+            spawn(&*runtime, async move {
+                client
+                    .send(
+                        Target::Node(node),
+                        format!("held {i}"),
+                        Duration::from_secs(10),
+                    )
+                    .await
+            })
+        })
+        .collect();
+    let read_all = within(&*runtime, Duration::from_secs(3), async {
+        while peer.requests() < 3 {
+            sleep(&*runtime, Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(read_all.is_some(), "the peer read the held requests");
+    peer.restart(Behaviour::Echo);
+    for request in held {
+        let outcome = request.join().await;
+        assert!(
+            matches!(
+                outcome,
+                Err(SendError::ConnectionLost(CloseReason::Io(
+                    Failure::PeerClosed | Failure::Reset
+                )))
+            ),
+            "{outcome:?}"
+        );
+    }
+    let answer = client
+        .send(
+            Target::Node(node),
+            &b"after restart"[..],
+            Duration::from_secs(5),
+        )
+        .await;
+    assert_eq!(answer.as_deref(), Ok(&b"after restart"[..]));
+    assert_eq!(
+        peer.accepted(),
+        1,
+        "the restarted peer saw one new connection"
+    );
+    let counters = client.counters().await.unwrap();
+    assert_eq!(counters.reconnects, 1, "{counters:?}");
+    client.shutdown().await;
+}
+
+/// (d) Explicit eviction closes the connection; the next send opens a fresh one.
+async fn eviction_closes_the_connection_and_the_next_send_reconnects(runtime: Arc<dyn Runtime>) {
+    let peer = Peer::start(Behaviour::Echo);
+    let (client, node, mut events) = start(&runtime, test_config(), peer.addr());
+    let first = client
+        .send(Target::Node(node), &b"one"[..], Duration::from_secs(5))
+        .await;
+    assert_eq!(first.as_deref(), Ok(&b"one"[..]));
+    let old_conn = client.node_info(node).await.unwrap().conn.unwrap();
+    client.evict(node).await.unwrap();
+    let evicted = wait_for(
+        &*runtime,
+        &mut events,
+        Duration::from_secs(1),
+        "eviction",
+        |e| match e {
+            Event::Evicted {
+                conn,
+                reason: EvictReason::Requested,
+            } => Some(*conn),
+            _ => None,
+        },
+    )
+    .await;
+    assert_eq!(evicted, old_conn);
+    let state = client.node_info(node).await.unwrap().state;
+    assert!(matches!(state, NodeState::Disconnected { .. }), "{state:?}");
+
+    let second = client
+        .send(Target::Node(node), &b"two"[..], Duration::from_secs(5))
+        .await;
+    assert_eq!(second.as_deref(), Ok(&b"two"[..]));
+    let new_conn = client.node_info(node).await.unwrap().conn.unwrap();
+    assert_ne!(new_conn, old_conn);
+    assert_eq!(peer.accepted(), 2);
+    let counters = client.counters().await.unwrap();
+    assert_eq!(counters.evictions, 1, "{counters:?}");
+    client.shutdown().await;
+    assert!(
+        !events_show_failure(&mut events),
+        "eviction is not a failure"
+    );
+}
+
+fn events_show_failure(events: &mut Events) -> bool {
+    std::iter::from_fn(|| events.try_recv())
+        .any(|e| matches!(e, ClientEvent::Pool(Event::Quarantined { .. })))
+}
+
+test_on_every_runtime!(
+    write_timeout_closes_a_stalled_connection,
+    a_send_above_the_high_watermark_fails_at_once,
+    a_refused_connect_fails_fast_and_backs_off_exponentially,
+    a_hanging_connect_is_abandoned_at_a_growing_setup_deadline,
+    a_restarted_peer_ends_old_requests_and_the_next_reconnects,
+    eviction_closes_the_connection_and_the_next_send_reconnects,
+);
