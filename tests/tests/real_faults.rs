@@ -207,8 +207,8 @@ async fn a_refused_connect_fails_fast_and_backs_off_exponentially(runtime: Arc<d
     assert!(took < Duration::from_millis(250), "refusal took {took:?}");
 
     let mut backoffs = Vec::new();
-    let mut attempt_starts = Vec::new();
-    for attempt in 0..5 {
+    let mut failed_at = Vec::new();
+    for _ in 0..5 {
         let (at, backoff) = wait_for(
             &*runtime,
             &mut events,
@@ -226,12 +226,19 @@ async fn a_refused_connect_fails_fast_and_backs_off_exponentially(runtime: Arc<d
         )
         .await;
         backoffs.push(backoff.as_millis());
-        if attempt > 0 {
-            attempt_starts.push(at);
-        }
+        failed_at.push(at);
         client.connect(node).await.unwrap();
     }
     assert_eq!(backoffs, [100, 200, 400, 800, 800]);
+    // The next attempt really waited out each backoff (a refusal itself takes ~0.1 ms).
+    for (i, pair) in failed_at.windows(2).enumerate() {
+        let gap = (pair[1] - pair[0]).as_millis();
+        assert!(
+            gap >= backoffs[i] && gap < backoffs[i] + 250,
+            "attempt {i}: {gap} ms after {} ms backoff",
+            backoffs[i]
+        );
+    }
     let counters = client.counters().await.unwrap();
     assert_eq!(counters.connects, 5, "{counters:?}");
     client.shutdown().await;

@@ -1,0 +1,128 @@
+//! Hostile peers, on every runtime: an oversize frame, a malformed header, an unknown
+//! correlation id and a one-byte-per-100-ms drip each end only that connection, with a clear
+//! error for every request on it, while a second, healthy node in the same client keeps
+//! serving on its original connection.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keepwire_driver::{ClientBuilder, Runtime, SendError, Target};
+use keepwire_proto::Violation;
+use keepwire_tests::peers::{Behaviour, Peer};
+use keepwire_tests::{sleep, spawn, test_config, test_on_every_runtime};
+
+const MAX_FRAME: u32 = 1024 * 1024;
+const FRAME_TIMEOUT: Duration = Duration::from_millis(300);
+
+async fn hostile_peer_ends_only_its_connection(
+    runtime: Arc<dyn Runtime>,
+    behaviour: Behaviour,
+    expected: impl Fn(&Violation) -> bool,
+) {
+    let hostile = Peer::start(behaviour);
+    let healthy = Peer::start(Behaviour::Echo);
+    let client = ClientBuilder::new(test_config())
+        .node(hostile.addr())
+        .node(healthy.addr())
+        .max_frame(MAX_FRAME)
+        .frame_timeout(FRAME_TIMEOUT)
+        .build(Arc::clone(&runtime))
+        .unwrap();
+    let [bad, good] = [client.initial_nodes()[0], client.initial_nodes()[1]];
+    let warmup = client
+        .send(Target::Node(good), &b"warm-up"[..], Duration::from_secs(5))
+        .await;
+    assert_eq!(warmup.as_deref(), Ok(&b"warm-up"[..]));
+    let good_conn = client.node_info(good).await.unwrap().conn;
+
+    let victims: Vec<_> = (0..3)
+        .map(|i| {
+            let client = client.clone();
+            spawn(&*runtime, async move {
+                client
+                    .send(
+                        Target::Node(bad),
+                        format!("victim {i}"),
+                        Duration::from_secs(10),
+                    )
+                    .await
+            })
+        })
+        .collect();
+    let bystander = spawn(&*runtime, {
+        let client = client.clone();
+        let runtime = Arc::clone(&runtime);
+        async move {
+            for i in 0..20 {
+                let payload = format!("healthy {i}");
+                let answer = client
+                    .send(Target::Node(good), payload.clone(), Duration::from_secs(5))
+                    .await;
+                assert_eq!(answer.as_deref(), Ok(payload.as_bytes()));
+                sleep(&*runtime, Duration::from_millis(25)).await;
+            }
+        }
+    });
+    for victim in victims {
+        match victim.join().await {
+            Err(SendError::Protocol(violation)) if expected(&violation) => {
+                let message = SendError::Protocol(violation).to_string();
+                assert!(message.starts_with("protocol error: "), "{message}");
+            }
+            other => panic!("{behaviour:?}: unexpected outcome {other:?}"),
+        }
+    }
+    bystander.join().await;
+
+    assert_eq!(
+        client.node_info(good).await.unwrap().conn,
+        good_conn,
+        "the healthy connection was untouched"
+    );
+    let counters = client.counters().await.unwrap();
+    assert_eq!(counters.protocol_violations, 1, "{counters:?}");
+    assert_eq!(counters.connects, 2, "{counters:?}");
+    client.shutdown().await;
+}
+
+async fn an_oversize_frame_ends_only_that_connection(runtime: Arc<dyn Runtime>) {
+    hostile_peer_ends_only_its_connection(runtime, Behaviour::Oversize, |v| {
+        *v == Violation::FrameTooLong {
+            len: 0x8000_0000 - 8,
+            max: u64::from(MAX_FRAME),
+        }
+    })
+    .await;
+}
+
+async fn a_malformed_header_ends_only_that_connection(runtime: Arc<dyn Runtime>) {
+    hostile_peer_ends_only_its_connection(runtime, Behaviour::Malformed, |v| {
+        *v == Violation::MalformedHeader
+    })
+    .await;
+}
+
+async fn an_unknown_correlation_id_ends_only_that_connection(runtime: Arc<dyn Runtime>) {
+    hostile_peer_ends_only_its_connection(runtime, Behaviour::UnknownId, |v| {
+        matches!(v, Violation::UnknownRequest(_))
+    })
+    .await;
+}
+
+async fn a_dripping_peer_ends_only_that_connection(runtime: Arc<dyn Runtime>) {
+    hostile_peer_ends_only_its_connection(runtime, Behaviour::Drip, |v| match v {
+        Violation::TooSlow { elapsed } => {
+            println!("drip detected after {elapsed:?} (frame timeout {FRAME_TIMEOUT:?})");
+            *elapsed > FRAME_TIMEOUT && *elapsed < FRAME_TIMEOUT + Duration::from_millis(250)
+        }
+        _ => false,
+    })
+    .await;
+}
+
+test_on_every_runtime!(
+    an_oversize_frame_ends_only_that_connection,
+    a_malformed_header_ends_only_that_connection,
+    an_unknown_correlation_id_ends_only_that_connection,
+    a_dripping_peer_ends_only_that_connection,
+);
