@@ -80,6 +80,15 @@ impl Add<Duration> for Instant {
     }
 }
 
+impl Sub<Duration> for Instant {
+    type Output = Self;
+    /// `self - d`, saturating at [`Instant::ZERO`].
+    fn sub(self, d: Duration) -> Self {
+        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        Self(self.0.saturating_sub(nanos))
+    }
+}
+
 impl Sub for Instant {
     type Output = Duration;
     fn sub(self, earlier: Self) -> Duration {
