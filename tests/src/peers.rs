@@ -34,7 +34,6 @@ pub enum Behaviour {
 #[derive(Debug)]
 pub struct Peer {
     addr: SocketAddr,
-    behaviour: Behaviour,
     recv_buffer: Option<usize>,
     state: Arc<PeerState>,
     acceptor: Option<JoinHandle<()>>,
@@ -78,7 +77,6 @@ impl Peer {
         };
         Self {
             addr,
-            behaviour,
             recv_buffer,
             state,
             acceptor: Some(acceptor),
@@ -122,11 +120,6 @@ impl Peer {
         for stream in streams {
             let _ = stream.shutdown(Shutdown::Both);
         }
-    }
-
-    /// The behaviour it started with.
-    pub fn behaviour(&self) -> Behaviour {
-        self.behaviour
     }
 }
 

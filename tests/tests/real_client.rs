@@ -1,0 +1,204 @@
+//! The client API on real sockets, on every runtime: node commands (disable, enable with
+//! eviction, epoch change, removal), cancellation by dropping a send, a handshake that hangs
+//! past the setup deadline, and shutdown ending everything.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keepwire_driver::{ClientBuilder, CommandError, HandshakeIo, Runtime, SendError, Target};
+use keepwire_proto::{CloseReason, Event, EvictReason, Unavailable};
+use keepwire_tests::peers::{Behaviour, FullAcceptQueue, Peer};
+use keepwire_tests::{sleep, spawn, test_config, test_on_every_runtime, wait_for, within};
+
+async fn disable_enable_and_epoch_change_evict_cached_connections(runtime: Arc<dyn Runtime>) {
+    let peer = Peer::start(Behaviour::Echo);
+    let client = ClientBuilder::new(test_config())
+        .node(peer.addr())
+        .build(Arc::clone(&runtime))
+        .unwrap();
+    let mut events = client.subscribe();
+    let node = client.initial_nodes()[0];
+    let ping = || client.send(Target::Node(node), &b"ping"[..], Duration::from_secs(5));
+    assert_eq!(ping().await.as_deref(), Ok(&b"ping"[..]));
+
+    client.disable_node(node).await.unwrap();
+    assert_eq!(
+        ping().await,
+        Err(SendError::NodeUnavailable(Unavailable::Disabled))
+    );
+    assert_eq!(
+        client
+            .send(Target::Best, &b"any"[..], Duration::from_secs(1))
+            .await,
+        Err(SendError::NoNode { all_full: false })
+    );
+    client.enable_node(node).await.unwrap();
+    let reason = wait_for(
+        &*runtime,
+        &mut events,
+        Duration::from_secs(1),
+        "eviction on readmission",
+        |e| match e {
+            Event::Evicted { reason, .. } => Some(*reason),
+            _ => None,
+        },
+    )
+    .await;
+    assert_eq!(reason, EvictReason::Readmitted);
+    assert_eq!(ping().await.as_deref(), Ok(&b"ping"[..]));
+
+    // Re-announcing the same epoch (0 until set) is no restart: nothing is evicted.
+    client.set_epoch(node, 0).await.unwrap();
+    assert_eq!(ping().await.as_deref(), Ok(&b"ping"[..]));
+    assert_eq!(peer.accepted(), 2);
+    client.set_epoch(node, 1).await.unwrap();
+    let reason = wait_for(
+        &*runtime,
+        &mut events,
+        Duration::from_secs(1),
+        "eviction on epoch change",
+        |e| match e {
+            Event::Evicted { reason, .. } => Some(*reason),
+            _ => None,
+        },
+    )
+    .await;
+    assert_eq!(reason, EvictReason::EpochChanged);
+    assert_eq!(ping().await.as_deref(), Ok(&b"ping"[..]));
+    assert_eq!(
+        peer.accepted(),
+        3,
+        "each eviction forced a fresh connection"
+    );
+
+    client.remove_node(node).await.unwrap();
+    assert_eq!(ping().await, Err(SendError::StaleNode));
+    assert_eq!(client.evict(node).await, Err(CommandError::StaleNode(node)));
+    let added = client.add_node(peer.addr()).await.unwrap();
+    let answer = client
+        .send(Target::Node(added), &b"again"[..], Duration::from_secs(5))
+        .await;
+    assert_eq!(answer.as_deref(), Ok(&b"again"[..]));
+    client.shutdown().await;
+}
+
+/// A request still queued (its node is connecting) is dropped unsent when its caller stops
+/// waiting: its slot and its pending bytes are freed at once.
+async fn dropping_a_send_cancels_its_request(runtime: Arc<dyn Runtime>) {
+    let queue = FullAcceptQueue::new();
+    let mut config = test_config();
+    config.setup_timeout = Duration::from_secs(5);
+    config.setup_timeout_max = Duration::from_secs(5);
+    let client = ClientBuilder::new(config)
+        .node(queue.addr())
+        .build(Arc::clone(&runtime))
+        .unwrap();
+    let node = client.initial_nodes()[0];
+    let gave_up = within(
+        &*runtime,
+        Duration::from_millis(200),
+        client.send(Target::Node(node), &b"slow"[..], Duration::from_secs(30)),
+    )
+    .await;
+    assert!(
+        gave_up.is_none(),
+        "the connect hangs, so the request stays queued"
+    );
+    let freed = within(&*runtime, Duration::from_millis(500), async {
+        loop {
+            let info = client.node_info(node).await.unwrap();
+            if info.in_flight == 0 && info.pending_bytes == 0 {
+                break;
+            }
+            sleep(&*runtime, Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(freed.is_some(), "the dropped request was cancelled");
+    let counters = client.counters().await.unwrap();
+    assert_eq!(
+        (counters.submitted, counters.setup_timeouts),
+        (1, 0),
+        "{counters:?}"
+    );
+    client.shutdown().await;
+}
+
+async fn a_hanging_handshake_is_abandoned_at_the_setup_deadline(runtime: Arc<dyn Runtime>) {
+    let peer = Peer::start(Behaviour::Echo);
+    let hook = |io: HandshakeIo| async move {
+        std::future::pending::<()>().await;
+        Ok(io)
+    };
+    let client = ClientBuilder::new(test_config())
+        .node(peer.addr())
+        .handshake(hook)
+        .build(Arc::clone(&runtime))
+        .unwrap();
+    let started = std::time::Instant::now();
+    let outcome = client
+        .send(Target::Best, &b"hi"[..], Duration::from_secs(5))
+        .await;
+    let took = started.elapsed();
+    assert_eq!(
+        outcome,
+        Err(SendError::ConnectionLost(CloseReason::SetupTimeout))
+    );
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_millis(550),
+        "{took:?}"
+    );
+    client.shutdown().await;
+}
+
+async fn shutdown_ends_every_pending_request_and_later_calls(runtime: Arc<dyn Runtime>) {
+    let peer = Peer::start(Behaviour::Hold);
+    let client = ClientBuilder::new(test_config())
+        .node(peer.addr())
+        .build(Arc::clone(&runtime))
+        .unwrap();
+    let mut events = client.subscribe();
+    let pending: Vec<_> = (0..5)
+        .map(|i| {
+            let client = client.clone();
+            spawn(&*runtime, async move {
+                client
+                    .send(Target::Best, format!("held {i}"), Duration::from_secs(30))
+                    .await
+            })
+        })
+        .collect();
+    let all_read = within(&*runtime, Duration::from_secs(3), async {
+        while peer.requests() < 5 {
+            sleep(&*runtime, Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(all_read.is_some());
+    client.shutdown().await;
+    for request in pending {
+        assert_eq!(request.join().await, Err(SendError::Shutdown));
+    }
+    assert_eq!(
+        client
+            .send(Target::Best, &b"late"[..], Duration::from_secs(1))
+            .await,
+        Err(SendError::Shutdown)
+    );
+    assert_eq!(
+        client.counters().await.map(|_| ()),
+        Err(CommandError::Shutdown)
+    );
+    let drained = within(&*runtime, Duration::from_secs(1), async {
+        while events.recv().await.is_some() {}
+    })
+    .await;
+    assert!(drained.is_some(), "the event stream ends after shutdown");
+}
+
+test_on_every_runtime!(
+    disable_enable_and_epoch_change_evict_cached_connections,
+    dropping_a_send_cancels_its_request,
+    a_hanging_handshake_is_abandoned_at_the_setup_deadline,
+    shutdown_ends_every_pending_request_and_later_calls,
+);
