@@ -122,7 +122,11 @@ fn config(u: &mut Unstructured<'_>) -> arbitrary::Result<Config> {
     c.high_watermark = u.int_in_range(1..=4096)?;
     c.low_watermark = u.int_in_range(0..=c.high_watermark)?;
     c.per_frame_overhead = u.int_in_range(0..=96)?;
-    c.max_in_flight = u.int_in_range(1..=8)?;
+    c.max_in_flight = if u.arbitrary()? {
+        u.int_in_range(1..=8)?
+    } else {
+        1_000
+    };
     c.handshake = u.arbitrary()?;
     c.quarantine_after = u.int_in_range(1..=4)?;
     c.probe_backoff = Duration::from_millis(u.int_in_range(1..=500)?);

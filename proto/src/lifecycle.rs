@@ -291,6 +291,7 @@ impl Pool {
         let flip = n.outbound.drop_unsent(seq, low);
         let pending = n.outbound.pending();
         self.total_pending -= cost;
+        self.compact_outbound(node);
         if flip == Some(Flip::BecameWritable) {
             self.events.push_back(Event::Writability {
                 node,
@@ -299,6 +300,30 @@ impl Pool {
             });
         }
         self.rearm_write_timer(node);
+    }
+
+    /// Compacts the node's queue when dropped frames pile up behind a stuck one, renumbering the
+    /// requests whose frames moved.
+    fn compact_outbound(&mut self, node: NodeId) {
+        let Some(n) = self
+            .nodes
+            .get_mut(node.index())
+            .and_then(|s| s.node.as_mut())
+        else {
+            return;
+        };
+        if !n.outbound.needs_compaction() {
+            return;
+        }
+        let requests = &mut self.requests;
+        n.outbound.compact(|id, new_seq| {
+            if let Some(r) = requests.get_mut(id) {
+                match &mut r.stage {
+                    Stage::Queued { seq } | Stage::Writing { seq } => *seq = new_seq,
+                    Stage::Sent { .. } => {}
+                }
+            }
+        });
     }
 
     /// Ends a live request with `outcome` because of the application or its deadline: a
@@ -487,6 +512,7 @@ impl Pool {
         );
         let kept: Vec<RequestId> = n.outbound.live_ids().collect();
         self.total_pending -= before - n.outbound.pending();
+        self.compact_outbound(node);
         for id in gone {
             if self.requests.get(id).is_some_and(|r| r.node == node) {
                 self.end_request(id, Outcome::Evicted(reason));

@@ -157,7 +157,29 @@ impl Outbound {
         frame.bytes = Bytes::new();
         let cost = frame.cost;
         self.release(cost);
+        self.trim_back();
         self.check_writable(low)
+    }
+
+    /// Discards tombstones at the back, where nothing needs their places kept.
+    fn trim_back(&mut self) {
+        while self.frames.back().is_some_and(|f| f.dropped) {
+            self.frames.pop_back();
+        }
+    }
+
+    /// Whether tombstones outnumber live frames enough to be worth a [`Outbound::compact`]
+    /// (a stuck front frame with many frames dropped behind it).
+    pub(crate) fn needs_compaction(&self) -> bool {
+        self.frames.len() > 2 * self.live + 64
+    }
+
+    /// Removes every tombstone; live frames get new sequence numbers, reported to `renumber`.
+    pub(crate) fn compact(&mut self, mut renumber: impl FnMut(RequestId, u64)) {
+        self.frames.retain(|f| !f.dropped);
+        for (i, frame) in self.frames.iter().enumerate() {
+            renumber(frame.id, self.front_seq + i as u64);
+        }
     }
 
     /// The requests of the live frames, oldest first.
@@ -193,6 +215,7 @@ impl Outbound {
             self.pending.release(frame.cost);
             self.live -= 1;
         }
+        self.trim_back();
         if self.pending.get() < low {
             self.writable = true;
         }
@@ -209,6 +232,12 @@ impl Outbound {
             return Some(Flip::BecameWritable);
         }
         None
+    }
+
+    /// Entries in the queue, tombstones included.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.frames.len()
     }
 
     /// Sum of live frames' costs, recomputed (for invariant checks).

@@ -692,3 +692,39 @@ fn shutdown_ends_every_request_and_closes_every_connection() {
         Err(SubmitError::NodeUnavailable(crate::Unavailable::Shutdown))
     );
 }
+
+#[test]
+fn frames_dropped_behind_a_stuck_one_do_not_pile_up() {
+    let mut config = exact();
+    config.write_timeout = Duration::ZERO;
+    config.max_in_flight = 10_000;
+    let mut h = Harness::new(config);
+    let node = h.add();
+    let conn = h.ready(node);
+    let stuck = h.submit(node, 10, secs(600));
+    let _ = h.pool.poll_transmit(conn).unwrap(); // handed out; the kernel takes nothing
+    h.pool.handle_written(h.now, conn, 0).unwrap();
+    let mut survivors = Vec::new();
+    for i in 0..5_000u32 {
+        let id = h.submit(node, 4, secs(600));
+        if i % 10 == 0 {
+            survivors.push(id);
+        } else {
+            h.pool.cancel(h.now, id).unwrap();
+        }
+    }
+    h.pool.check_invariants().unwrap();
+    let queue = h.pool.node(node).unwrap().outbound.len();
+    assert!(
+        queue <= 2 * (survivors.len() + 1) + 64,
+        "{queue} entries for {} live frames",
+        survivors.len() + 1
+    );
+    // Everything left still goes out, in order, and is answered.
+    h.flush(conn);
+    h.respond(conn, stuck);
+    for id in &survivors {
+        h.respond(conn, *id);
+        assert!(matches!(h.outcome(*id), Some(Outcome::Response(_))));
+    }
+}
