@@ -96,7 +96,9 @@ impl Pool {
         let Ok(n) = self.node_mut(node) else { return };
         let Some(conn) = n.conn.as_mut() else { return };
         conn.ready_at = Some(now);
-        let probe = conn.probe;
+        // Once ready, a probe's connection is an ordinary one: its later failures are not
+        // probe failures.
+        let probe = core::mem::take(&mut conn.probe);
         n.disconnects = 0;
         n.failed_attempts = 0;
         n.timers.stop(NodeTimer::Setup);

@@ -723,3 +723,27 @@ fn poll_timeout_with_100_000_pending_requests_returns_the_earliest_deadline() {
     assert_eq!(h.outcomes().len(), 1);
     assert!(h.pool.poll_timeout().unwrap() > earliest);
 }
+
+#[test]
+fn a_readmitted_probe_connection_is_an_ordinary_connection_afterwards() {
+    let mut h = Harness::new(pool_config());
+    let n = h.add();
+    for _ in 0..3 {
+        refuse(&mut h, n);
+    }
+    h.advance(secs(5));
+    let (probe, _) = h.expect_open();
+    h.pool.handle_connected(h.now, probe).unwrap();
+    assert_eq!(h.pool.is_quarantined(n), Some(false));
+    // Three request timeouts on it quarantine the node afresh: the first probe comes 5 s later.
+    for _ in 0..3 {
+        h.submit(n, 10, secs(1));
+        h.flush(probe);
+        h.advance(secs(1) + Duration::from_nanos(1));
+    }
+    assert_eq!(h.pool.is_quarantined(n), Some(true));
+    h.take_actions();
+    let start = h.now;
+    let got = probe_times(&mut h, n, start);
+    assert_eq!(&got[..3], [5, 15, 35]);
+}
