@@ -308,6 +308,7 @@ fn keepalive_interval(
     target_os = "netbsd",
     target_os = "tvos",
     target_os = "watchos",
+    target_os = "windows",
 ))]
 fn keepalive_retries(params: TcpKeepalive, retries: u32, _: &mut OptionReport) -> TcpKeepalive {
     params.with_retries(retries)
@@ -325,6 +326,7 @@ fn keepalive_retries(params: TcpKeepalive, retries: u32, _: &mut OptionReport) -
     target_os = "netbsd",
     target_os = "tvos",
     target_os = "watchos",
+    target_os = "windows",
 )))]
 fn keepalive_retries(params: TcpKeepalive, _: u32, report: &mut OptionReport) -> TcpKeepalive {
     report.unsupported(SocketOption::KeepaliveRetries);
@@ -403,6 +405,7 @@ fn read_keepalive_interval(socket: &SockRef<'_>) -> Option<Duration> {
     target_os = "netbsd",
     target_os = "tvos",
     target_os = "watchos",
+    target_os = "windows",
 ))]
 fn read_keepalive_retries(socket: &SockRef<'_>) -> Option<u32> {
     socket.tcp_keepalive_retries().ok()
@@ -437,6 +440,7 @@ fn read_keepalive_interval(_: &SockRef<'_>) -> Option<Duration> {
     target_os = "netbsd",
     target_os = "tvos",
     target_os = "watchos",
+    target_os = "windows",
 )))]
 fn read_keepalive_retries(_: &SockRef<'_>) -> Option<u32> {
     None
