@@ -15,7 +15,7 @@ use crate::event::{
 use crate::ids::{ConnId, NodeId, RequestId};
 use crate::node::{Conn, Quarantine};
 use crate::outbound::Flip;
-use crate::pool::Pool;
+use crate::pool::{Pool, node_in};
 use crate::requests::Stage;
 use crate::time::Instant;
 use crate::timers::{NodeTimer, TimerKey};
@@ -307,11 +307,7 @@ impl Pool {
     /// Compacts the node's queue when dropped frames pile up behind a stuck one, renumbering the
     /// requests whose frames moved.
     fn compact_outbound(&mut self, node: NodeId) {
-        let Some(n) = self
-            .nodes
-            .get_mut(node.index())
-            .and_then(|s| s.node.as_mut())
-        else {
+        let Some(n) = node_in(&mut self.nodes, node) else {
             return;
         };
         if !n.outbound.needs_compaction() {
@@ -497,11 +493,7 @@ impl Pool {
             reason: CloseReason::Evicted(reason),
         });
 
-        let Some(n) = self
-            .nodes
-            .get_mut(node.index())
-            .and_then(|s| s.node.as_mut())
-        else {
+        let Some(n) = node_in(&mut self.nodes, node) else {
             return;
         };
         let before = n.outbound.pending();

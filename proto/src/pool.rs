@@ -96,6 +96,15 @@ pub struct Pool {
     pub(crate) shut_down: bool,
 }
 
+/// The live node `id` in `nodes`: a borrow of the node table alone, so the caller can hold it
+/// alongside other fields of the pool.
+pub(crate) fn node_in(nodes: &mut [NodeSlot], id: NodeId) -> Option<&mut Node> {
+    nodes
+        .get_mut(id.index())
+        .and_then(|s| s.node.as_mut())
+        .filter(|n| n.id == id)
+}
+
 #[derive(Debug)]
 pub(crate) struct NodeSlot {
     generation: u32,
@@ -544,11 +553,7 @@ impl Pool {
     }
 
     pub(crate) fn node_mut(&mut self, id: NodeId) -> Result<&mut Node, HandleError> {
-        self.nodes
-            .get_mut(id.index())
-            .and_then(|s| s.node.as_mut())
-            .filter(|n| n.id == id)
-            .ok_or(HandleError::StaleNode)
+        node_in(&mut self.nodes, id).ok_or(HandleError::StaleNode)
     }
 
     /// The node of `conn` if `conn` is its current connection and its state passes `state_ok`.
