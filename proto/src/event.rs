@@ -162,6 +162,9 @@ pub enum NodeState {
     Handshaking,
     /// Usable.
     Ready,
+    /// Draining for a graceful shutdown: no new requests; the ones it holds are still written
+    /// and answered (or reach their deadlines), then the connection closes.
+    Closing,
     /// The last handshake failed authentication. Like `Disconnected`, with the reason kept.
     AuthFailed {
         /// When the reconnect backoff ends.
@@ -175,6 +178,11 @@ impl NodeState {
     /// Whether a connection attempt is in progress (`Connecting` or `Handshaking`).
     pub fn is_connecting(self) -> bool {
         matches!(self, Self::Connecting | Self::Handshaking)
+    }
+
+    /// Whether the connection carries requests (`Ready` or `Closing`).
+    pub fn is_established(self) -> bool {
+        matches!(self, Self::Ready | Self::Closing)
     }
 }
 
@@ -192,6 +200,8 @@ pub enum Reason {
     HandshakeDone,
     /// The connection closed.
     Closed(CloseReason),
+    /// A graceful shutdown began: the connection drains what it holds.
+    Draining,
 }
 
 /// Why a connection closed.

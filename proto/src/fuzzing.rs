@@ -77,6 +77,8 @@ pub enum Op {
     TimeGoesBack {
         micros: u32,
     },
+    /// A graceful shutdown, on one value in 64 only: it ends the session's useful life.
+    ShutdownGracefully(u8),
     /// A healthy peer's turn on the node: connect, handshake, accept every byte, answer all.
     Serve(u8),
 }
@@ -266,6 +268,11 @@ impl Session {
                 self.advance(Duration::from_micros(u64::from(micros % 2_000_000)))
             }
             Op::AdvanceLong { secs } => self.advance(Duration::from_secs(u64::from(secs % 10_000))),
+            Op::ShutdownGracefully(n) => {
+                if n % 64 == 0 {
+                    self.pool.shutdown_gracefully(now);
+                }
+            }
             Op::Serve(i) => {
                 self.report(i, |p, c| p.handle_connected(now, c));
                 self.report(i, |p, c| p.handle_handshake_done(now, c));
@@ -550,6 +557,7 @@ impl Pool {
                     crate::NodeState::Connecting
                         | crate::NodeState::Handshaking
                         | crate::NodeState::Ready
+                        | crate::NodeState::Closing
                 )
             {
                 return Err(format!(

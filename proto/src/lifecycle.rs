@@ -304,6 +304,14 @@ impl Pool {
         self.rearm_write_timer(node);
     }
 
+    /// Whether every request the node holds has ended (a request that timed out in flight may
+    /// still hold its slot for a late response; a drain does not wait for that).
+    fn drained(&self, node: NodeId) -> bool {
+        let Ok(n) = self.node(node) else { return true };
+        let ended = |id: &RequestId| self.requests.get(*id).is_none_or(|r| r.ended);
+        n.outbound.live_ids().all(|id| ended(&id)) && n.awaiting.iter().all(ended)
+    }
+
     /// Compacts the node's queue when dropped frames pile up behind a stuck one, renumbering the
     /// requests whose frames moved.
     fn compact_outbound(&mut self, node: NodeId) {
@@ -363,6 +371,7 @@ impl Pool {
                 phase: Phase::InFlight,
             },
         );
+        self.after_request_change(node, now);
         let threshold = self.config.quarantine_after;
         let Ok(n) = self.node_mut(node) else { return };
         n.timeouts += 1;
@@ -405,12 +414,13 @@ impl Pool {
         let draw = self.rng.next_unit();
         let backoff = self.config.reconnect_backoff();
         let threshold = self.config.quarantine_after;
+        let shut_down = self.shut_down;
         let Ok(n) = self.node_mut(node) else { return };
         if conn.is_some() {
             if prev == NodeState::Connecting {
                 n.setup_failures = n.setup_failures.saturating_add(1);
             }
-            if prev != NodeState::Ready {
+            if !prev.is_established() {
                 n.failed_attempts = n.failed_attempts.saturating_add(1);
             }
         }
@@ -418,13 +428,14 @@ impl Pool {
         // or the connection stalled or broke the protocol: a server closing an idle connection
         // is not a failing server.
         let counts = reason.is_failure()
-            && (prev != NodeState::Ready
+            && (!prev.is_established()
                 || had_requests
                 || matches!(reason, CloseReason::WriteTimeout | CloseReason::Protocol(_)));
         if counts {
             n.failures = n.failures.saturating_add(1);
         }
         let next = match reason {
+            _ if shut_down => NodeState::Closed,
             CloseReason::NodeRemoved | CloseReason::Shutdown => NodeState::Closed,
             _ if conn.is_none() => prev,
             _ => {
@@ -535,6 +546,9 @@ impl Pool {
     /// Consecutive failures crossed the threshold: exclude the node, close its cached
     /// connection (it is never trusted for readmission), and schedule the first probe.
     pub(crate) fn quarantine(&mut self, node: NodeId, now: Instant, cause: QuarantineCause) {
+        if self.shut_down {
+            return;
+        }
         let Ok(n) = self.node_mut(node) else { return };
         n.quarantine = Some(Quarantine {
             probes_failed: 0,
@@ -630,6 +644,12 @@ impl Pool {
     pub(crate) fn after_request_change(&mut self, node: NodeId, now: Instant) {
         let idle = self.config.idle_timeout;
         let Ok(n) = self.node_mut(node) else { return };
+        if n.state == NodeState::Closing && n.conn.is_some() {
+            if self.drained(node) {
+                self.close(node, now, CloseReason::Shutdown, true);
+            }
+            return;
+        }
         if idle.is_zero() || !n.is_ready() || n.requests > 0 {
             n.timers.stop(NodeTimer::Idle);
         } else if n.timers.get(NodeTimer::Idle).is_none() {

@@ -311,14 +311,34 @@ impl Pool {
         Ok(())
     }
 
-    /// Closes every connection, ends every request with [`CloseReason::Shutdown`] and refuses
-    /// all further submits. Every node ends `Closed`.
+    /// Closes every connection at once, ends every request with [`CloseReason::Shutdown`] and
+    /// refuses all further submits. Every node ends `Closed`. May follow
+    /// [`shutdown_gracefully`](Self::shutdown_gracefully) to cut a drain short.
     pub fn shutdown(&mut self, now: Instant) {
         let now = self.clock.advance(now);
         self.shut_down = true;
         let ids: Vec<NodeId> = self.nodes().collect();
         for node in ids {
             self.close(node, now, CloseReason::Shutdown, true);
+        }
+        self.finish();
+    }
+
+    /// Refuses all further submits and lets every ready connection drain: it enters `Closing`,
+    /// its requests are still written and answered (or reach their deadlines), and it closes
+    /// once it holds none. A node without a ready connection closes at once, ending whatever it
+    /// had queued with [`CloseReason::Shutdown`]. Every node ends `Closed`.
+    pub fn shutdown_gracefully(&mut self, now: Instant) {
+        let now = self.clock.advance(now);
+        self.shut_down = true;
+        let ids: Vec<NodeId> = self.nodes().collect();
+        for node in ids {
+            let Ok(n) = self.node_mut(node) else { continue };
+            if n.is_ready() && n.requests > 0 {
+                self.set_state(node, now, NodeState::Closing, Reason::Draining);
+            } else if n.state != NodeState::Closing {
+                self.close(node, now, CloseReason::Shutdown, true);
+            }
         }
         self.finish();
     }
@@ -388,7 +408,7 @@ impl Pool {
         n: usize,
     ) -> Result<(), HandleError> {
         let now = self.clock.advance(now);
-        let node = self.current(conn, |s| s == NodeState::Ready)?;
+        let node = self.current(conn, NodeState::is_established)?;
         let result = self.written(node, conn, now, n);
         self.finish();
         result
@@ -406,7 +426,7 @@ impl Pool {
         payload: Bytes,
     ) -> Result<(), HandleError> {
         let now = self.clock.advance(now);
-        let node = self.current(conn, |s| s == NodeState::Ready)?;
+        let node = self.current(conn, NodeState::is_established)?;
         let result = self.response(node, conn, now, id, payload);
         self.finish();
         result
@@ -470,7 +490,7 @@ impl Pool {
     /// [`handle_written`](Self::handle_written) before polling `conn` again; until then the
     /// same bytes are returned again. Bytes handed out can no longer be dropped unsent.
     pub fn poll_transmit(&mut self, conn: ConnId) -> Option<Bytes> {
-        let node = self.current(conn, |s| s == NodeState::Ready).ok()?;
+        let node = self.current(conn, NodeState::is_established).ok()?;
         self.transmit(node)
     }
 
