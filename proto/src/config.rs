@@ -68,9 +68,20 @@ pub struct Config {
     pub selection: SelectionRule,
     /// Consecutive connection failures, or consecutive request timeouts, that quarantine a
     /// node. Default 3.
+    ///
+    /// A connection failure is a close before `Ready`, the close of a ready connection that held
+    /// requests, or a write timeout or protocol violation (a server closing an idle connection
+    /// is not failing). Both counts reset on a response or a readmission, not on `Ready`, so a
+    /// server that connects and then stalls every time is still quarantined.
     pub quarantine_after: u32,
-    /// Delay before the first probe of a quarantined node; doubles after each failed probe
-    /// (the Pinot broker's detector: 5 s). Default 5 s.
+    /// Delay before the first probe of a quarantined node; doubles after each failed probe,
+    /// counted from that failure (the Pinot broker's detector: 5 s). Default 5 s.
+    ///
+    /// A probe opens a fresh connection and succeeds when it reaches `Ready`: after the
+    /// application handshake when [`handshake`](Self::handshake) is on. Only a handshake that
+    /// exchanges a message (an API-version request, TLS) lets a probe catch a server that
+    /// accepts connections but never answers; without one, such a server is readmitted and
+    /// quarantined again after `quarantine_after` request timeouts.
     pub probe_backoff: Duration,
     /// Probes tried before giving up on a quarantined node. Default 10.
     pub probe_retries: u32,
