@@ -352,6 +352,14 @@ pub enum ClientEvent {
         /// The hook's error.
         error: HandshakeError,
     },
+    /// The codec panicked while decoding what the peer sent on `conn`. The driver closed that
+    /// connection as a protocol violation (`Violation::MalformedHeader`); the others carry on.
+    CodecPanicked {
+        /// The connection.
+        conn: ConnId,
+        /// The panic's message.
+        message: String,
+    },
     /// This subscriber fell behind and this many events were dropped.
     Missed(u64),
 }

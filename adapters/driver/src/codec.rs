@@ -54,6 +54,10 @@ pub enum EncodeError {
         /// The longest payload the codec can frame.
         max: u64,
     },
+    /// The codec panicked while framing the request (a bug in the codec; the panic hook has
+    /// printed the message). The driver and every other request carry on.
+    #[error("the codec panicked while framing the request")]
+    Panicked,
 }
 
 /// The built-in codec: `u32` big-endian length, `u64` big-endian correlation id, payload.

@@ -7,10 +7,12 @@
 //! connect and handshake futures → write and read every open connection → deliver events →
 //! fire the timer armed at the pool's next deadline (or the earliest slow-drip deadline).
 
+use std::any::Any;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -23,7 +25,7 @@ use keepwire_proto::{
 };
 
 use crate::client::{ClientEvent, NodeInfo, SocketInfo};
-use crate::codec::Codec;
+use crate::codec::{Codec, EncodeError};
 use crate::error::{BuildError, SendError, failure_of};
 use crate::handshake::{HandshakeError, HandshakeHook, HandshakeIo};
 use crate::runtime::{BoxFuture, IoStream, Runtime, Timer};
@@ -260,9 +262,10 @@ impl Driver {
             return;
         }
         let id = self.pool.next_request_id();
-        let frame = match self.codec.encode(id, payload) {
-            Ok(frame) => frame,
-            Err(e) => return reply.send(Err(e.into())),
+        let frame = match contain(|| self.codec.encode(id, payload)) {
+            Ok(Ok(frame)) => frame,
+            Ok(Err(e)) => return reply.send(Err(e.into())),
+            Err(_) => return reply.send(Err(EncodeError::Panicked.into())),
         };
         match self.pool.submit(now, target, now + timeout, frame) {
             Ok(submitted) => {
@@ -330,14 +333,18 @@ impl Driver {
             },
             Action::Handshake { conn } => match (self.conns.remove(&conn), &self.hook) {
                 (Some(Conn::Open(open)), Some(hook)) => {
-                    let handshake = hook.handshake(HandshakeIo::new(conn, open.stream));
-                    self.conns.insert(
-                        conn,
-                        Conn::Handshaking {
-                            handshake,
-                            report: open.report,
-                        },
-                    );
+                    match contain(|| hook.handshake(HandshakeIo::new(conn, open.stream))) {
+                        Ok(handshake) => {
+                            self.conns.insert(
+                                conn,
+                                Conn::Handshaking {
+                                    handshake,
+                                    report: open.report,
+                                },
+                            );
+                        }
+                        Err(message) => self.handshake_failed(now, conn, hook_panicked(&message)),
+                    }
                 }
                 (Some(other), None) => {
                     // Config::handshake without a hook is refused at build time; should the
@@ -406,7 +413,9 @@ impl Driver {
                 Conn::Handshaking {
                     mut handshake,
                     report,
-                } => match handshake.as_mut().poll(cx) {
+                } => match contain(|| handshake.as_mut().poll(cx))
+                    .unwrap_or_else(|message| Poll::Ready(Err(hook_panicked(&message))))
+                {
                     Poll::Pending => {
                         self.conns
                             .insert(conn, Conn::Handshaking { handshake, report });
@@ -419,12 +428,7 @@ impl Driver {
                             self.conns.remove(&conn);
                         }
                     }
-                    Poll::Ready(Err(error)) => {
-                        let _ = self
-                            .pool
-                            .handle_handshake_failed(now, conn, error.is_auth());
-                        self.publish(&ClientEvent::HandshakeFailed { conn, error });
-                    }
+                    Poll::Ready(Err(error)) => self.handshake_failed(now, conn, error),
                 },
                 Conn::Open(open) => {
                     self.conns.insert(conn, Conn::Open(open));
@@ -435,6 +439,13 @@ impl Driver {
             self.settle();
         }
         moved
+    }
+
+    fn handshake_failed(&mut self, now: Instant, conn: ConnId, error: HandshakeError) {
+        let _ = self
+            .pool
+            .handle_handshake_failed(now, conn, error.is_auth());
+        self.publish(&ClientEvent::HandshakeFailed { conn, error });
     }
 
     /// Writes what the pool hands out and reads what peers sent, on every open connection.
@@ -527,7 +538,16 @@ impl Driver {
             let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
                 return false;
             };
-            match self.codec.decode(&mut open.inbound) {
+            let decoded = match contain(|| self.codec.decode(&mut open.inbound)) {
+                Ok(decoded) => decoded,
+                Err(message) => {
+                    // The buffer's state is unknown: only closing the connection is safe.
+                    self.publish(&ClientEvent::CodecPanicked { conn, message });
+                    self.violated(now, conn, Violation::MalformedHeader);
+                    return false;
+                }
+            };
+            match decoded {
                 Ok(Some(response)) => {
                     completed = true;
                     if self
@@ -699,6 +719,26 @@ impl OpenConn {
             partial_since: None,
         }
     }
+}
+
+/// Runs user code (the codec, the handshake hook) so that a panic in it ends only the request
+/// or connection it concerns: unwinding through the driver would drop it, ending every
+/// connection and request of the client with a misleading `Shutdown`. `Err` is the panic's
+/// message (the panic hook has already printed it).
+fn contain<T>(user_code: impl FnOnce() -> T) -> Result<T, String> {
+    catch_unwind(AssertUnwindSafe(user_code)).map_err(|payload| panic_message(&*payload))
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}
+
+fn hook_panicked(message: &str) -> HandshakeError {
+    HandshakeError::failed(format!("the handshake hook panicked: {message}"))
 }
 
 fn result_of(outcome: Outcome) -> Result<Bytes, SendError> {
