@@ -10,7 +10,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
-use keepwire_proto::{Config, ConnId, Counters, Event, NodeId, NodeState, Target};
+use keepwire_proto::{Config, ConnId, Counters, Event, HandleError, NodeId, NodeState, Target};
 
 use crate::codec::{Codec, LengthPrefixed};
 use crate::driver::{Command, Driver, NodeOp, Shared};
@@ -218,7 +218,8 @@ impl Client {
     }
 
     /// Opens a connection to the node now (once its reconnect backoff has passed) instead of
-    /// waiting for a request.
+    /// waiting for a request. Refused with [`CommandError::WrongState`] while the node is
+    /// quarantined.
     pub async fn connect(&self, node: NodeId) -> Result<(), CommandError> {
         self.node_op(node, NodeOp::Connect).await
     }
@@ -262,7 +263,10 @@ impl Client {
     async fn node_op(&self, node: NodeId, op: NodeOp) -> Result<(), CommandError> {
         self.call(|reply| Command::Node { node, op, reply })
             .await?
-            .map_err(|_| CommandError::StaleNode(node))
+            .map_err(|e| match e {
+                HandleError::WrongState => CommandError::WrongState(node),
+                _ => CommandError::StaleNode(node),
+            })
     }
 
     async fn call<T>(

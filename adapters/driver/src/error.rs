@@ -104,6 +104,10 @@ pub enum CommandError {
     /// The node was removed or never existed.
     #[error("stale or unknown node {0:?}")]
     StaleNode(NodeId),
+    /// The node exists but refuses this command in its current state: `connect` on a
+    /// quarantined node (the failure detector probes it on its own schedule).
+    #[error("node {0:?} refuses this command in its current state")]
+    WrongState(NodeId),
     /// The client is shut down.
     #[error("the client is shut down")]
     Shutdown,
