@@ -62,6 +62,10 @@ impl TokioRuntime {
 
 impl Runtime for TokioRuntime {
     fn now(&self) -> Instant {
+        // Outside a runtime context tokio's clock falls back to the system clock, which a
+        // paused runtime does not follow: read the clock of *this* runtime wherever we are
+        // called from (a client may be built on a plain thread with `from_handle`).
+        let _context = self.handle.enter();
         tokio::time::Instant::now().into_std()
     }
 
