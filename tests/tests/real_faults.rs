@@ -37,8 +37,9 @@ fn stalling_config() -> Config {
 }
 
 /// (a) A 4 MiB request to a peer that never reads stalls; the write timeout (500 ms) closes
-/// the connection within 500 ms + 250 ms, every request on it fails "connection lost: write
-/// timeout", and the next request opens a fresh connection.
+/// the connection after 500 ms (and well before the 10 s request deadline: the window's
+/// upper end leaves a loaded CI machine 1 s), every request on it fails "connection lost:
+/// write timeout", and the next request opens a fresh connection.
 async fn write_timeout_closes_a_stalled_connection(runtime: Arc<dyn Runtime>) {
     let peer = Peer::never_read();
     let (client, node, _events) = start(&runtime, stalling_config(), peer.addr());
@@ -88,7 +89,7 @@ async fn write_timeout_closes_a_stalled_connection(runtime: Arc<dyn Runtime>) {
         "closed too early: {detected:?}"
     );
     assert!(
-        detected < Duration::from_millis(750),
+        detected < Duration::from_millis(1500),
         "closed too late: {detected:?}"
     );
 
@@ -164,7 +165,8 @@ async fn a_send_above_the_high_watermark_fails_at_once(runtime: Arc<dyn Runtime>
         .await;
     let took = started.elapsed();
     assert_eq!(rejected, Err(SendError::NotWritable));
-    assert!(took < Duration::from_millis(100), "rejection took {took:?}");
+    // "At once": a command round trip, not the 20 s deadline (generous for a loaded CI).
+    assert!(took < Duration::from_secs(1), "rejection took {took:?}");
 
     let info = client.node_info(node).await.unwrap();
     assert_eq!(info.state, NodeState::Ready, "the connection stays open");
@@ -175,17 +177,23 @@ async fn a_send_above_the_high_watermark_fails_at_once(runtime: Arc<dyn Runtime>
     );
     assert_eq!(peer.accepted(), 1);
     let counters = client.counters().await.unwrap();
-    assert_eq!(counters.unwritable_rejections, 1, "{counters:?}");
     assert_eq!(counters.write_timeouts, 0, "{counters:?}");
 
     client.shutdown().await;
+    // A filler send whose task ran late (after the flip) was rejected too: count those.
+    let mut late_rejections = 0;
     for request in queued {
         let outcome = request.join().await;
         assert!(
             matches!(outcome, Err(SendError::Shutdown | SendError::NotWritable)),
             "every queued request ends typed: {outcome:?}"
         );
+        late_rejections += u64::from(outcome == Err(SendError::NotWritable));
     }
+    assert!(
+        (1..=1 + late_rejections).contains(&counters.unwritable_rejections),
+        "{counters:?}, {late_rejections} filler sends rejected"
+    );
 }
 
 /// (c) A refused connect fails the request fast; each further attempt waits a reconnect
@@ -204,7 +212,8 @@ async fn a_refused_connect_fails_fast_and_backs_off_exponentially(runtime: Arc<d
             Failure::Refused
         )))
     );
-    assert!(took < Duration::from_millis(250), "refusal took {took:?}");
+    // Refused in ~0.1 ms; far below the 300 ms setup timeout even on a loaded CI.
+    assert!(took < Duration::from_millis(300), "refusal took {took:?}");
 
     let mut backoffs = Vec::new();
     let mut failed_at = Vec::new();
@@ -234,7 +243,7 @@ async fn a_refused_connect_fails_fast_and_backs_off_exponentially(runtime: Arc<d
     for (i, pair) in failed_at.windows(2).enumerate() {
         let gap = (pair[1] - pair[0]).as_millis();
         assert!(
-            gap >= backoffs[i] && gap < backoffs[i] + 250,
+            gap >= backoffs[i] && gap < backoffs[i] + 1000,
             "attempt {i}: {gap} ms after {} ms backoff",
             backoffs[i]
         );
@@ -260,7 +269,7 @@ async fn a_hanging_connect_is_abandoned_at_a_growing_setup_deadline(runtime: Arc
     );
     println!("setup timeout detected after {first_wall:?} (limit 300 ms)");
     assert!(first_wall >= Duration::from_millis(300), "{first_wall:?}");
-    assert!(first_wall < Duration::from_millis(550), "{first_wall:?}");
+    assert!(first_wall < Duration::from_millis(1300), "{first_wall:?}");
 
     let mut attempts = Vec::new();
     for _ in 0..2 {
@@ -298,12 +307,13 @@ async fn a_hanging_connect_is_abandoned_at_a_growing_setup_deadline(runtime: Arc
         client.connect(node).await.unwrap();
     }
     println!("setup deadlines observed: {attempts:?}");
+    // Disjoint windows: the first attempt gets 300 ms, the second twice that.
     assert!(
-        attempts[0] > Duration::from_millis(300) && attempts[0] < Duration::from_millis(550),
+        attempts[0] > Duration::from_millis(300) && attempts[0] < Duration::from_millis(600),
         "{attempts:?}"
     );
     assert!(
-        attempts[1] > Duration::from_millis(600) && attempts[1] < Duration::from_millis(850),
+        attempts[1] > Duration::from_millis(600) && attempts[1] < Duration::from_millis(1200),
         "{attempts:?}"
     );
     let counters = client.counters().await.unwrap();
@@ -371,7 +381,10 @@ async fn a_restarted_peer_ends_old_requests_and_the_next_reconnects(runtime: Arc
 /// (d) Explicit eviction closes the connection; the next send opens a fresh one.
 async fn eviction_closes_the_connection_and_the_next_send_reconnects(runtime: Arc<dyn Runtime>) {
     let peer = Peer::start(Behaviour::Echo);
-    let (client, node, mut events) = start(&runtime, test_config(), peer.addr());
+    // One counted failure would quarantine the node: eviction must not count as one.
+    let mut config = test_config();
+    config.quarantine_after = 1;
+    let (client, node, mut events) = start(&runtime, config, peer.addr());
     let first = client
         .send(Target::Node(node), &b"one"[..], Duration::from_secs(5))
         .await;
@@ -405,6 +418,7 @@ async fn eviction_closes_the_connection_and_the_next_send_reconnects(runtime: Ar
     assert_eq!(peer.accepted(), 2);
     let counters = client.counters().await.unwrap();
     assert_eq!(counters.evictions, 1, "{counters:?}");
+    assert_eq!(counters.quarantines, 0, "{counters:?}");
     client.shutdown().await;
     assert!(
         !events_show_failure(&mut events),

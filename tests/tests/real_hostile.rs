@@ -113,7 +113,9 @@ async fn a_dripping_peer_ends_only_that_connection(runtime: Arc<dyn Runtime>) {
     hostile_peer_ends_only_its_connection(runtime, Behaviour::Drip, |v| match v {
         Violation::TooSlow { elapsed } => {
             println!("drip detected after {elapsed:?} (frame timeout {FRAME_TIMEOUT:?})");
-            *elapsed > FRAME_TIMEOUT && *elapsed < FRAME_TIMEOUT + Duration::from_millis(250)
+            // Upper end: a loaded CI's timer latency, still well before the ~2 s the drip
+            // needs to complete the frame.
+            *elapsed > FRAME_TIMEOUT && *elapsed < FRAME_TIMEOUT + Duration::from_secs(1)
         }
         _ => false,
     })
