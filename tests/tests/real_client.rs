@@ -195,6 +195,12 @@ async fn shutdown_ends_every_pending_request_and_later_calls(runtime: Arc<dyn Ru
     })
     .await;
     assert!(drained.is_some(), "the event stream ends after shutdown");
+    let late = within(&*runtime, Duration::from_secs(1), client.subscribe().recv()).await;
+    assert_eq!(
+        late,
+        Some(None),
+        "a subscription made after shutdown ends at once"
+    );
 }
 
 /// `connect` on a quarantined node is refused because of the node's state, not reported as

@@ -237,7 +237,7 @@ impl Client {
     }
 
     /// Subscribes to state changes, writability flips, evictions, quarantines and socket
-    /// option reports, from now on.
+    /// option reports, from now on. After shutdown the stream ends at once.
     pub fn subscribe(&self) -> Events {
         Events {
             subscription: self.handle.shared.hub.subscribe(),

@@ -194,52 +194,60 @@ impl<T> Future for ReplyReceiver<T> {
 /// Fans events out to every live subscriber, each with a bounded queue.
 #[derive(Debug)]
 pub(crate) struct Hub<E> {
-    subscribers: Mutex<Vec<Weak<Mutex<Queue<E>>>>>,
+    /// `None` once closed: a later subscriber is closed from the start.
+    subscribers: Mutex<Option<Vec<QueueRef<E>>>>,
     capacity: usize,
 }
 
 impl<E: Clone> Hub<E> {
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
-            subscribers: Mutex::new(Vec::new()),
+            subscribers: Mutex::new(Some(Vec::new())),
             capacity: capacity.max(1),
         }
     }
 
     pub(crate) fn subscribe(&self) -> Subscription<E> {
+        let mut subscribers = lock(&self.subscribers);
         let queue = Arc::new(Mutex::new(Queue {
             events: VecDeque::new(),
             missed: 0,
             waker: None,
-            closed: false,
+            closed: subscribers.is_none(),
         }));
-        lock(&self.subscribers).push(Arc::downgrade(&queue));
+        if let Some(subscribers) = subscribers.as_mut() {
+            subscribers.push(Arc::downgrade(&queue));
+        }
         Subscription { queue }
     }
 
     /// Delivers `event` to every subscriber; a full queue drops its oldest event and counts it.
     pub(crate) fn publish(&self, event: &E) {
         let mut wakers = Vec::new();
-        lock(&self.subscribers).retain(|weak| {
-            let Some(queue) = weak.upgrade() else {
-                return false;
-            };
-            let mut queue = lock(&queue);
-            if queue.events.len() >= self.capacity {
-                queue.events.pop_front();
-                queue.missed += 1;
-            }
-            queue.events.push_back(event.clone());
-            wakers.extend(queue.waker.take());
-            true
-        });
+        if let Some(subscribers) = lock(&self.subscribers).as_mut() {
+            subscribers.retain(|weak| {
+                let Some(queue) = weak.upgrade() else {
+                    return false;
+                };
+                let mut queue = lock(&queue);
+                if queue.events.len() >= self.capacity {
+                    queue.events.pop_front();
+                    queue.missed += 1;
+                }
+                queue.events.push_back(event.clone());
+                wakers.extend(queue.waker.take());
+                true
+            });
+        }
+        // Woken with no lock held.
         wakers.into_iter().for_each(Waker::wake);
     }
 
-    /// Ends every subscription: each receives what is queued, then `None`.
+    /// Ends every subscription, present and future: each receives what is queued, then `None`.
     pub(crate) fn close(&self) {
         let mut wakers = Vec::new();
-        for weak in lock(&self.subscribers).drain(..) {
+        let subscribers = lock(&self.subscribers).take().unwrap_or_default();
+        for weak in subscribers {
             if let Some(queue) = weak.upgrade() {
                 let mut queue = lock(&queue);
                 queue.closed = true;
@@ -249,6 +257,9 @@ impl<E: Clone> Hub<E> {
         wakers.into_iter().for_each(Waker::wake);
     }
 }
+
+/// A subscriber's queue as the hub holds it: dropped with the subscriber.
+type QueueRef<E> = Weak<Mutex<Queue<E>>>;
 
 #[derive(Debug)]
 struct Queue<E> {
@@ -342,6 +353,16 @@ mod tests {
         assert_eq!(sub.try_next(), None);
         hub.close();
         assert_eq!(sub.try_next(), Some(Next::Closed));
+    }
+
+    #[test]
+    fn a_subscription_made_after_close_ends_at_once() {
+        let hub = Hub::<u32>::new(2);
+        hub.close();
+        let late = hub.subscribe();
+        assert_eq!(late.try_next(), Some(Next::Closed));
+        hub.publish(&1);
+        assert_eq!(late.try_next(), Some(Next::Closed));
     }
 
     #[test]
