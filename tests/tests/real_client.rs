@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keepwire_driver::{ClientBuilder, CommandError, HandshakeIo, Runtime, SendError, Target};
-use keepwire_proto::{CloseReason, Event, EvictReason, Unavailable};
+use keepwire_proto::{CloseReason, Event, EvictReason, NodeState, Unavailable};
 use keepwire_tests::peers::{Behaviour, FullAcceptQueue, Peer, RefusingPort};
 use keepwire_tests::{sleep, spawn, test_config, test_on_every_runtime, wait_for, within};
 
@@ -228,8 +228,41 @@ async fn connect_on_a_quarantined_node_says_why_it_is_refused(runtime: Arc<dyn R
     client.shutdown().await;
 }
 
+/// Dropping the last client handle without `shutdown` stops the driver: the event stream
+/// ends and the server sees its connection closed.
+async fn dropping_the_last_client_closes_its_connections(runtime: Arc<dyn Runtime>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = ClientBuilder::new(test_config())
+        .node(listener.local_addr().unwrap())
+        .build(Arc::clone(&runtime))
+        .unwrap();
+    let node = client.initial_nodes()[0];
+    client.connect(node).await.unwrap();
+    let ready = within(&*runtime, Duration::from_secs(2), async {
+        while client.node_info(node).await.unwrap().state != NodeState::Ready {
+            sleep(&*runtime, Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(ready.is_some(), "connected");
+    let (mut accepted, _) = listener.accept().unwrap();
+    let mut events = client.subscribe();
+    drop(client);
+    let ended = within(&*runtime, Duration::from_secs(2), async {
+        while events.recv().await.is_some() {}
+    })
+    .await;
+    assert!(ended.is_some(), "the driver stopped");
+    accepted
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let read = std::io::Read::read(&mut accepted, &mut [0; 1]);
+    assert_eq!(read.unwrap(), 0, "the server sees end of stream");
+}
+
 test_on_every_runtime!(
     connect_on_a_quarantined_node_says_why_it_is_refused,
+    dropping_the_last_client_closes_its_connections,
     disable_enable_and_epoch_change_evict_cached_connections,
     dropping_a_send_cancels_its_request,
     a_hanging_handshake_is_abandoned_at_the_setup_deadline,
