@@ -286,6 +286,9 @@ pub enum Violation {
     MalformedHeader,
     /// A response for a request that is not in flight on that connection.
     UnknownRequest(RequestId),
+    /// The local codec failed on what the peer sent (it panicked): the bytes cannot be trusted,
+    /// so only closing the connection is safe.
+    Undecodable,
     /// A frame that took longer than allowed to arrive (a peer dripping bytes).
     TooSlow {
         /// How long the frame had been arriving.

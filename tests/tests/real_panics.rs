@@ -57,10 +57,7 @@ async fn a_panicking_codec_ends_only_its_connection(runtime: Arc<dyn Runtime>) {
     )
     .await
     .expect("the request ends");
-    assert_eq!(
-        outcome,
-        Err(SendError::Protocol(Violation::MalformedHeader))
-    );
+    assert_eq!(outcome, Err(SendError::Protocol(Violation::Undecodable)));
     let message = next_matching(&*runtime, &mut events, |e| match e {
         ClientEvent::CodecPanicked { message, .. } => Some(message),
         _ => None,

@@ -357,7 +357,7 @@ pub enum ClientEvent {
         error: HandshakeError,
     },
     /// The codec panicked while decoding what the peer sent on `conn`. The driver closed that
-    /// connection as a protocol violation (`Violation::MalformedHeader`); the others carry on.
+    /// connection (`Violation::Undecodable`); the others carry on.
     CodecPanicked {
         /// The connection.
         conn: ConnId,

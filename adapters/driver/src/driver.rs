@@ -543,7 +543,7 @@ impl Driver {
                 Err(message) => {
                     // The buffer's state is unknown: only closing the connection is safe.
                     self.publish(&ClientEvent::CodecPanicked { conn, message });
-                    self.violated(now, conn, Violation::MalformedHeader);
+                    self.violated(now, conn, Violation::Undecodable);
                     return false;
                 }
             };

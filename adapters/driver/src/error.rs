@@ -198,6 +198,7 @@ impl fmt::Display for ViolationText {
                 write!(f, "frame of {len} bytes exceeds the maximum of {max}")
             }
             Violation::MalformedHeader => f.write_str("malformed frame header"),
+            Violation::Undecodable => f.write_str("the codec could not decode what the peer sent"),
             Violation::UnknownRequest(id) => write!(f, "response for unknown {id}"),
             Violation::TooSlow { elapsed } => {
                 write!(f, "frame still incomplete after {} ms", elapsed.as_millis())
