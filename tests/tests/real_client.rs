@@ -1,6 +1,6 @@
 //! The client API on real sockets, on every runtime: node commands (disable, enable with
 //! eviction, epoch change, removal), cancellation by dropping a send, a handshake that hangs
-//! past the setup deadline, and shutdown ending everything.
+//! past the setup deadline, and shutdown ending everything (at once, or gracefully).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -260,7 +260,78 @@ async fn dropping_the_last_client_closes_its_connections(runtime: Arc<dyn Runtim
     assert_eq!(read.unwrap(), 0, "the server sees end of stream");
 }
 
+async fn a_graceful_shutdown_lets_sent_requests_run_to_their_own_end(runtime: Arc<dyn Runtime>) {
+    let peer = Peer::start(Behaviour::Hold);
+    let client = ClientBuilder::new(test_config())
+        .node(peer.addr())
+        .build(Arc::clone(&runtime))
+        .unwrap();
+    let mut events = client.subscribe();
+    let held: Vec<_> = (0..3)
+        .map(|i| {
+            let client = client.clone();
+            spawn(&*runtime, async move {
+                client
+                    .send(
+                        Target::Best,
+                        format!("held {i}"),
+                        Duration::from_millis(500),
+                    )
+                    .await
+            })
+        })
+        .collect();
+    let all_read = within(&*runtime, Duration::from_secs(3), async {
+        while peer.requests() < 3 {
+            sleep(&*runtime, Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(all_read.is_some());
+    let draining = {
+        let client = client.clone();
+        spawn(&*runtime, async move { client.shutdown_gracefully().await })
+    };
+    wait_for(
+        &*runtime,
+        &mut events,
+        Duration::from_secs(1),
+        "the connection draining",
+        |e| match e {
+            Event::StateChanged {
+                to: NodeState::Closing,
+                ..
+            } => Some(()),
+            _ => None,
+        },
+    )
+    .await;
+    // New sends are refused at once...
+    let late = within(
+        &*runtime,
+        Duration::from_secs(1),
+        client.send(Target::Best, &b"late"[..], Duration::from_secs(5)),
+    )
+    .await;
+    assert_eq!(late, Some(Err(SendError::Shutdown)));
+    // ...while the ones already sent end by their own deadline, not by the shutdown.
+    for request in held {
+        let result = request.join().await;
+        assert!(
+            matches!(result, Err(SendError::DeadlineExceeded { .. })),
+            "{result:?}"
+        );
+    }
+    let stopped = within(&*runtime, Duration::from_secs(2), draining.join()).await;
+    assert!(stopped.is_some(), "the drain ends once nothing is left");
+    assert_eq!(
+        client.counters().await.map(|_| ()),
+        Err(CommandError::Shutdown)
+    );
+}
+
 test_on_every_runtime!(
+    a_graceful_shutdown_lets_sent_requests_run_to_their_own_end,
     connect_on_a_quarantined_node_says_why_it_is_refused,
     dropping_the_last_client_closes_its_connections,
     disable_enable_and_epoch_change_evict_cached_connections,

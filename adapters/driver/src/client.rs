@@ -244,6 +244,17 @@ impl Client {
         }
     }
 
+    /// Stops gracefully: new sends fail with [`SendError::Shutdown`] at once, while every
+    /// request already sent is still written and answered (or reaches its deadline); each
+    /// connection closes once it holds none, and this returns when all are closed. Calling
+    /// [`shutdown`](Self::shutdown) meanwhile cuts the drain short.
+    pub async fn shutdown_gracefully(&self) {
+        let (reply, receiver) = reply();
+        if self.handle.shared.inbox.push(Command::Drain(reply)).is_ok() {
+            receiver.await;
+        }
+    }
+
     /// Closes every connection and ends every pending request (with
     /// [`SendError::Shutdown`]); returns once the driver has stopped. Later calls fail with
     /// `Shutdown`.

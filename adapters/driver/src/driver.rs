@@ -67,6 +67,8 @@ pub(crate) enum Command {
     Counters(ReplySender<Counters>),
     NodeInfo(NodeId, ReplySender<Option<NodeInfo>>),
     Shutdown(Option<ReplySender<()>>),
+    /// A graceful shutdown: refuse new requests, let the ones held finish, then stop.
+    Drain(ReplySender<()>),
 }
 
 /// A node command.
@@ -102,6 +104,8 @@ pub(crate) struct Driver {
     read_buf: Box<[u8]>,
     conn_ids: Vec<ConnId>,
     shutdown_replies: Vec<ReplySender<()>>,
+    /// A graceful shutdown is under way: stop once every node is `Closed`.
+    draining: bool,
     stopping: bool,
 }
 
@@ -157,6 +161,7 @@ impl Driver {
             read_buf: vec![0; READ_CHUNK].into_boxed_slice(),
             conn_ids: Vec::new(),
             shutdown_replies: Vec::new(),
+            draining: false,
             stopping: false,
         };
         Ok((driver, ids))
@@ -244,6 +249,11 @@ impl Driver {
                 self.pool.shutdown(now);
                 self.stopping = true;
                 self.shutdown_replies.extend(reply);
+            }
+            Command::Drain(reply) => {
+                self.pool.shutdown_gracefully(now);
+                self.draining = true;
+                self.shutdown_replies.push(reply);
             }
         }
     }
@@ -660,6 +670,13 @@ impl Driver {
         true
     }
 
+    /// Whether a graceful shutdown has closed every node.
+    fn drained(&self) -> bool {
+        self.pool
+            .nodes()
+            .all(|n| self.pool.node_state(n) == Some(keepwire_proto::NodeState::Closed))
+    }
+
     /// Ends what the pool could not: every command still queued, every subscriber.
     fn finish(&mut self) {
         let now = self.now();
@@ -686,6 +703,9 @@ impl Future for Driver {
         let this = self.get_mut();
         for _ in 0..ROUNDS_PER_POLL {
             let moved = this.round(cx);
+            if this.draining && this.drained() {
+                this.stopping = true;
+            }
             if this.stopping {
                 this.finish();
                 return Poll::Ready(());
