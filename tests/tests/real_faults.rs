@@ -42,7 +42,7 @@ fn stalling_config() -> Config {
 /// write timeout", and the next request opens a fresh connection.
 async fn write_timeout_closes_a_stalled_connection(runtime: Arc<dyn Runtime>) {
     let peer = Peer::never_read();
-    let (client, node, _events) = start(&runtime, stalling_config(), peer.addr());
+    let (client, node, mut events) = start(&runtime, stalling_config(), peer.addr());
     let started = WallClock::now();
     let big = spawn(&*runtime, {
         let client = client.clone();
@@ -91,6 +91,45 @@ async fn write_timeout_closes_a_stalled_connection(runtime: Arc<dyn Runtime>) {
     assert!(
         detected < Duration::from_millis(1500),
         "closed too late: {detected:?}"
+    );
+    // On the pool's own clock (the runtime's), free of this test task's scheduling: the
+    // connection closes within 500 ms + 250 ms of the frame's write deadline starting (the
+    // connection became ready just after the request was queued).
+    let ready_at = wait_for(
+        &*runtime,
+        &mut events,
+        Duration::from_secs(1),
+        "ready",
+        |e| match e {
+            Event::StateChanged {
+                to: NodeState::Ready,
+                at,
+                ..
+            } => Some(*at),
+            _ => None,
+        },
+    )
+    .await;
+    let closed_at = wait_for(
+        &*runtime,
+        &mut events,
+        Duration::from_secs(1),
+        "close",
+        |e| match e {
+            Event::StateChanged {
+                reason: Reason::Closed(CloseReason::WriteTimeout),
+                at,
+                ..
+            } => Some(*at),
+            _ => None,
+        },
+    )
+    .await;
+    let on_pool_clock = closed_at - ready_at;
+    println!("write timeout closed the connection {on_pool_clock:?} after it became ready");
+    assert!(
+        on_pool_clock > Duration::from_millis(500) && on_pool_clock < Duration::from_millis(750),
+        "{on_pool_clock:?}"
     );
 
     // The next request goes out on a fresh connection (the peer still never answers).
