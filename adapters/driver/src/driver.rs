@@ -18,10 +18,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use keepwire_proto::{
-    Action, CloseReason, Config, ConnId, Counters, Event, Failure, HandleError, Instant, NodeId,
-    Outcome, Pool, RequestId, Target, Violation,
+    Action, CloseReason, Config, ConnId, Counters, Event, HandleError, Instant, NodeId, Outcome,
+    Pool, RequestId, Target,
 };
 
 use crate::client::{ClientEvent, NodeInfo, SocketInfo};
@@ -31,6 +31,12 @@ use crate::handshake::{HandshakeError, HandshakeHook, HandshakeIo};
 use crate::runtime::{BoxFuture, IoStream, Runtime, Timer};
 use crate::socket::{OptionReport, prepare_socket, read_back};
 use crate::sync::{Hub, Inbox, ReplySender};
+
+// A child module (not a sibling) so that the driver's fields stay private to the driver.
+#[path = "conn_io.rs"]
+mod conn_io;
+
+use conn_io::OpenConn;
 
 /// What client handles and the driver share: the command inbox and the event fan-out.
 #[derive(Debug)]
@@ -84,8 +90,6 @@ pub(crate) enum NodeOp {
 
 /// Rounds of work in one poll before the driver yields to other tasks.
 const ROUNDS_PER_POLL: usize = 32;
-/// Writes or reads on one connection in one round.
-const IO_BUDGET: usize = 64;
 /// Bytes read from a socket at a time.
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -120,14 +124,6 @@ enum Conn {
         report: OptionReport,
     },
     Open(OpenConn),
-}
-
-struct OpenConn {
-    stream: Box<dyn IoStream>,
-    report: OptionReport,
-    inbound: BytesMut,
-    /// When the response now partly received started arriving.
-    partial_since: Option<Instant>,
 }
 
 impl Driver {
@@ -458,176 +454,6 @@ impl Driver {
         self.publish(&ClientEvent::HandshakeFailed { conn, error });
     }
 
-    /// Writes what the pool hands out and reads what peers sent, on every open connection.
-    fn poll_io(&mut self, cx: &mut Context<'_>) -> bool {
-        self.snapshot_conn_ids(true);
-        let mut moved = false;
-        for i in 0..self.conn_ids.len() {
-            let conn = self.conn_ids[i];
-            moved |= self.flush(cx, conn);
-            self.settle();
-            moved |= self.fill(cx, conn);
-            self.settle();
-        }
-        moved
-    }
-
-    fn flush(&mut self, cx: &mut Context<'_>, conn: ConnId) -> bool {
-        let mut moved = false;
-        for _ in 0..IO_BUDGET {
-            let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
-                return moved;
-            };
-            let Some(bytes) = self.pool.poll_transmit(conn) else {
-                return moved;
-            };
-            let written = open.stream.poll_write(cx, &bytes);
-            let now = self.now();
-            match written {
-                Poll::Ready(Ok(0)) if !bytes.is_empty() => {
-                    self.lost(now, conn, Failure::PeerClosed);
-                    return true;
-                }
-                Poll::Ready(Ok(n)) => {
-                    let _ = self.pool.handle_written(now, conn, n);
-                    moved = true;
-                }
-                Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {
-                    let _ = self.pool.handle_written(now, conn, 0);
-                }
-                Poll::Ready(Err(e)) => {
-                    self.lost(now, conn, failure_of(&e));
-                    return true;
-                }
-                Poll::Pending => {
-                    let _ = self.pool.handle_written(now, conn, 0);
-                    return moved;
-                }
-            }
-        }
-        cx.waker().wake_by_ref();
-        moved
-    }
-
-    fn fill(&mut self, cx: &mut Context<'_>, conn: ConnId) -> bool {
-        let mut moved = false;
-        for _ in 0..IO_BUDGET {
-            let now = self.now();
-            let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
-                return moved;
-            };
-            let read = open.stream.poll_read(cx, &mut self.read_buf);
-            match read {
-                Poll::Pending => return moved,
-                Poll::Ready(Ok(0)) => {
-                    self.lost(now, conn, Failure::PeerClosed);
-                    return true;
-                }
-                Poll::Ready(Ok(n)) => {
-                    open.inbound.extend_from_slice(&self.read_buf[..n]);
-                    moved = true;
-                    if !self.decode(now, conn) {
-                        return true;
-                    }
-                }
-                Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
-                Poll::Ready(Err(e)) => {
-                    self.lost(now, conn, failure_of(&e));
-                    return true;
-                }
-            }
-        }
-        cx.waker().wake_by_ref();
-        moved
-    }
-
-    /// Hands every complete response to the pool; `false` if the connection was closed.
-    fn decode(&mut self, now: Instant, conn: ConnId) -> bool {
-        let mut completed = false;
-        loop {
-            let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
-                return false;
-            };
-            let decoded = match contain(|| self.codec.decode(&mut open.inbound)) {
-                Ok(decoded) => decoded,
-                Err(message) => {
-                    // The buffer's state is unknown: only closing the connection is safe.
-                    self.publish(&ClientEvent::CodecPanicked { conn, message });
-                    self.violated(now, conn, Violation::Undecodable);
-                    return false;
-                }
-            };
-            match decoded {
-                Ok(Some(response)) => {
-                    completed = true;
-                    if self
-                        .pool
-                        .handle_response(now, conn, response.id, response.payload)
-                        .is_err()
-                    {
-                        // An unknown id: the pool closed the connection (a Close follows).
-                        self.conns.remove(&conn);
-                        return false;
-                    }
-                }
-                Ok(None) => {
-                    if open.inbound.is_empty() {
-                        open.partial_since = None;
-                    } else if completed || open.partial_since.is_none() {
-                        open.partial_since = Some(now);
-                    }
-                    return true;
-                }
-                Err(violation) => {
-                    self.violated(now, conn, violation);
-                    return false;
-                }
-            }
-        }
-    }
-
-    fn lost(&mut self, now: Instant, conn: ConnId, failure: Failure) {
-        let _ = self.pool.handle_closed(now, conn, failure);
-        self.conns.remove(&conn);
-    }
-
-    fn violated(&mut self, now: Instant, conn: ConnId, violation: Violation) {
-        let _ = self.pool.handle_violation(now, conn, violation);
-        self.conns.remove(&conn);
-    }
-
-    /// The earliest instant at which some partly received response becomes too slow.
-    fn next_drip_deadline(&self) -> Option<Instant> {
-        let limit = self.frame_timeout?;
-        self.conns
-            .values()
-            .filter_map(|c| match c {
-                Conn::Open(open) => open.partial_since.map(|since| since.expiry_after(limit)),
-                _ => None,
-            })
-            .min()
-    }
-
-    fn check_drips(&mut self, now: Instant) {
-        let Some(limit) = self.frame_timeout else {
-            return;
-        };
-        let slow: Vec<(ConnId, Duration)> = self
-            .conns
-            .iter()
-            .filter_map(|(id, c)| match c {
-                Conn::Open(OpenConn {
-                    partial_since: Some(since),
-                    ..
-                }) if now - *since > limit => Some((*id, now - *since)),
-                _ => None,
-            })
-            .collect();
-        for (conn, elapsed) in slow {
-            self.violated(now, conn, Violation::TooSlow { elapsed });
-        }
-    }
-
     /// Arms the timer at the next deadline and fires what is due.
     fn poll_timer(&mut self, cx: &mut Context<'_>) -> bool {
         let next = match (self.pool.poll_timeout(), self.next_drip_deadline()) {
@@ -726,17 +552,6 @@ impl Drop for Driver {
             // The runtime dropped the driver (it is shutting down): callers must not wait.
             self.stopping = true;
             self.finish();
-        }
-    }
-}
-
-impl OpenConn {
-    fn new(stream: Box<dyn IoStream>, report: OptionReport) -> Self {
-        Self {
-            stream,
-            report,
-            inbound: BytesMut::new(),
-            partial_since: None,
         }
     }
 }
