@@ -65,6 +65,10 @@ pub enum SendError {
     /// An outcome this version of the driver does not know, as keepwire-proto printed it.
     #[error("request ended: {0}")]
     Other(String),
+    /// keepwire-proto refused the request for a reason this version of the driver has no
+    /// variant for (a newer [`SubmitError`]): the request never started, nothing was queued.
+    #[error("request rejected: {0}")]
+    Rejected(SubmitError),
 }
 
 impl From<SubmitError> for SendError {
@@ -80,7 +84,7 @@ impl From<SubmitError> for SendError {
                 phase: Phase::Queued,
             },
             SubmitError::StaleHandle => Self::StaleNode,
-            _ => Self::StaleNode,
+            other => Self::Rejected(other),
         }
     }
 }
@@ -284,5 +288,44 @@ mod tests {
             SendError::from(SubmitError::NotWritable),
             SendError::NotWritable
         );
+        assert_eq!(
+            SendError::Rejected(SubmitError::DeadlinePassed).to_string(),
+            "request rejected: the deadline is already past"
+        );
+    }
+
+    /// Every refusal keepwire-proto has today maps to its own variant; only one this version
+    /// does not know becomes `Rejected` (never a misleading `StaleNode`).
+    #[test]
+    fn submit_errors_map_to_their_own_variants() {
+        let cases = [
+            (SubmitError::NotWritable, SendError::NotWritable),
+            (SubmitError::MemoryBudget, SendError::MemoryBudget),
+            (SubmitError::InFlightLimit, SendError::InFlightLimit),
+            (
+                SubmitError::NodeUnavailable(Unavailable::Disabled),
+                SendError::NodeUnavailable(Unavailable::Disabled),
+            ),
+            (
+                SubmitError::NodeUnavailable(Unavailable::Shutdown),
+                SendError::Shutdown,
+            ),
+            (
+                SubmitError::NoNode { all_full: true },
+                SendError::NoNode { all_full: true },
+            ),
+            (
+                SubmitError::DeadlinePassed,
+                SendError::DeadlineExceeded {
+                    phase: Phase::Queued,
+                },
+            ),
+            (SubmitError::StaleHandle, SendError::StaleNode),
+        ];
+        for (submit, send) in cases {
+            let mapped = SendError::from(submit);
+            assert_eq!(mapped, send, "{submit:?}");
+            assert!(!matches!(mapped, SendError::Rejected(_)), "{submit:?}");
+        }
     }
 }
