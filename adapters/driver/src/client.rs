@@ -276,7 +276,8 @@ impl Client {
             .await?
             .map_err(|e| match e {
                 HandleError::WrongState => CommandError::WrongState(node),
-                _ => CommandError::StaleNode(node),
+                HandleError::StaleNode => CommandError::StaleNode(node),
+                other => CommandError::Refused(node, other),
             })
     }
 

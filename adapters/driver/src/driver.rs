@@ -33,7 +33,6 @@ use crate::socket::{OptionReport, prepare_socket, read_back};
 use crate::sync::{Hub, Inbox, ReplySender};
 
 // A child module (not a sibling) so that the driver's fields stay private to the driver.
-#[path = "conn_io.rs"]
 mod conn_io;
 
 use conn_io::OpenConn;

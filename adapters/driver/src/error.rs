@@ -4,8 +4,8 @@ use std::fmt;
 use std::io;
 
 use keepwire_proto::{
-    CloseReason, ConfigError, EvictReason, Failure, NodeId, Phase, SubmitError, Unavailable,
-    Violation,
+    CloseReason, ConfigError, EvictReason, Failure, HandleError, NodeId, Phase, SubmitError,
+    Unavailable, Violation,
 };
 
 use crate::codec::EncodeError;
@@ -112,6 +112,9 @@ pub enum CommandError {
     /// quarantined node (the failure detector probes it on its own schedule).
     #[error("node {0:?} refuses this command in its current state")]
     WrongState(NodeId),
+    /// The pool refused the command for another reason (one a newer keepwire-proto may add).
+    #[error("node {0:?} refused the command: {1}")]
+    Refused(NodeId, HandleError),
     /// The client is shut down.
     #[error("the client is shut down")]
     Shutdown,
