@@ -114,17 +114,16 @@ impl Pool {
     // ---------------------------------------------------------------------------------------
     // Writing and answering.
 
+    /// Hands out the rest of the oldest frame; from now on it cannot be dropped unsent.
     pub(crate) fn transmit(&mut self, node: NodeId) -> Option<Bytes> {
         let n = self.node_mut(node).ok()?;
         let frame = n.outbound.front_live()?;
         frame.handed_out = true;
         let (id, bytes) = (frame.id, frame.bytes.slice(frame.written..));
-        let seq = match self.requests.get(id).map(|r| r.stage) {
-            Some(Stage::Queued { seq }) => Some(seq),
-            _ => None,
-        };
-        if let (Some(seq), Some(r)) = (seq, self.requests.get_mut(id)) {
-            r.stage = Stage::Writing { seq };
+        if let Some(r) = self.requests.get_mut(id) {
+            if let Stage::Queued { seq } = r.stage {
+                r.stage = Stage::Writing { seq };
+            }
         }
         Some(bytes)
     }
@@ -220,13 +219,16 @@ impl Pool {
         id: RequestId,
         payload: Bytes,
     ) -> Result<(), HandleError> {
+        // In flight on this connection: fully written on it, or partly written (a frame only
+        // handed out has not reached the peer).
+        let outbound = &self.node(node)?.outbound;
         let on_this_conn =
             self.requests
                 .get(id)
                 .filter(|r| r.node == node)
                 .map(|r| match r.stage {
                     Stage::Sent { conn: generation } => generation == conn.generation,
-                    Stage::Writing { .. } => true,
+                    Stage::Writing { seq } => outbound.get(seq).is_some_and(|f| f.written > 0),
                     Stage::Queued { .. } => false,
                 });
         if on_this_conn != Some(true) {

@@ -820,3 +820,37 @@ fn a_draining_connection_that_fails_ends_closed_not_reconnecting() {
     assert_eq!(h.pool.node_state(node), Some(NodeState::Closed));
     assert_eq!(h.pool.poll_timeout(), None);
 }
+
+#[test]
+fn a_response_to_a_frame_only_handed_out_is_a_violation() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let conn = h.ready(node);
+    let a = h.submit(node, 10, secs(5));
+    let _ = h.pool.poll_transmit(conn).unwrap(); // handed out, nothing written yet
+    let err = h.pool.handle_response(h.now, conn, a, Bytes::new());
+    assert_eq!(err, Err(HandleError::UnknownRequest));
+    h.collect();
+    assert!(matches!(
+        h.outcome(a),
+        Some(Outcome::ConnectionLost(CloseReason::Protocol(_)))
+    ));
+}
+
+#[test]
+fn a_response_to_a_partly_written_frame_is_accepted() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let conn = h.ready(node);
+    let a = h.submit(node, 10, secs(5));
+    let _ = h.pool.poll_transmit(conn).unwrap();
+    h.pool.handle_written(h.now, conn, 4).unwrap();
+    h.respond(conn, a);
+    assert!(matches!(h.outcome(a), Some(Outcome::Response(_))));
+    assert_eq!(
+        h.flush(conn),
+        6,
+        "the rest of the frame still goes out, keeping the stream whole"
+    );
+    assert_eq!(h.pool.pending_bytes(node), Some(0));
+}
