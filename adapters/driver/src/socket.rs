@@ -32,8 +32,8 @@ pub fn apply_options(socket: &Socket, options: &SocketOptions) -> OptionReport {
     );
     if let Some(keepalive) = options.keepalive {
         let params = TcpKeepalive::new().with_time(keepalive.idle);
-        let params = keepalive_interval(params, keepalive.interval, &mut report);
-        let params = keepalive_retries(params, keepalive.retries, &mut report);
+        let params = keepalive_params::interval(params, keepalive.interval, &mut report);
+        let params = keepalive_params::retries(params, keepalive.retries, &mut report);
         report.record(SocketOption::Keepalive, socket.set_tcp_keepalive(&params));
     } else {
         report.record(SocketOption::Keepalive, socket.set_keepalive(false));
@@ -97,8 +97,8 @@ pub fn read_back(socket: &SockRef<'_>) -> SocketReadback {
         nodelay: socket.tcp_nodelay().ok(),
         keepalive: socket.keepalive().ok(),
         keepalive_idle: keepalive_idle(socket),
-        keepalive_interval: read_keepalive_interval(socket),
-        keepalive_retries: read_keepalive_retries(socket),
+        keepalive_interval: keepalive_params::read_interval(socket),
+        keepalive_retries: keepalive_params::read_retries(socket),
         user_timeout: read_user_timeout(socket),
         send_buffer_size: socket.send_buffer_size().ok(),
         recv_buffer_size: socket.recv_buffer_size().ok(),
@@ -251,6 +251,9 @@ fn check_buffer(
     }
 }
 
+// socket2 0.6 sets TCP_KEEPINTVL and TCP_KEEPCNT on these platforms only (its own cfg);
+// elsewhere the driver reports them as unsupported. Reading the interval back is not offered
+// on Windows.
 #[cfg(any(
     target_os = "android",
     target_os = "dragonfly",
@@ -265,12 +268,42 @@ fn check_buffer(
     target_os = "watchos",
     target_os = "windows",
 ))]
-fn keepalive_interval(
-    params: TcpKeepalive,
-    interval: Duration,
-    _: &mut OptionReport,
-) -> TcpKeepalive {
-    params.with_interval(interval)
+mod keepalive_params {
+    use std::time::Duration;
+
+    use socket2::{SockRef, TcpKeepalive};
+
+    use super::OptionReport;
+
+    pub(super) fn interval(
+        params: TcpKeepalive,
+        interval: Duration,
+        _: &mut OptionReport,
+    ) -> TcpKeepalive {
+        params.with_interval(interval)
+    }
+
+    pub(super) fn retries(
+        params: TcpKeepalive,
+        retries: u32,
+        _: &mut OptionReport,
+    ) -> TcpKeepalive {
+        params.with_retries(retries)
+    }
+
+    #[cfg(not(target_os = "windows"))]
+    pub(super) fn read_interval(socket: &SockRef<'_>) -> Option<Duration> {
+        socket.tcp_keepalive_interval().ok()
+    }
+
+    #[cfg(target_os = "windows")]
+    pub(super) fn read_interval(_: &SockRef<'_>) -> Option<Duration> {
+        None
+    }
+
+    pub(super) fn read_retries(socket: &SockRef<'_>) -> Option<u32> {
+        socket.tcp_keepalive_retries().ok()
+    }
 }
 
 #[cfg(not(any(
@@ -287,50 +320,34 @@ fn keepalive_interval(
     target_os = "watchos",
     target_os = "windows",
 )))]
-fn keepalive_interval(
-    params: TcpKeepalive,
-    _: Duration,
-    report: &mut OptionReport,
-) -> TcpKeepalive {
-    report.unsupported(SocketOption::KeepaliveInterval);
-    params
-}
+mod keepalive_params {
+    use std::time::Duration;
 
-#[cfg(any(
-    target_os = "android",
-    target_os = "dragonfly",
-    target_os = "freebsd",
-    target_os = "fuchsia",
-    target_os = "illumos",
-    target_os = "ios",
-    target_os = "linux",
-    target_os = "macos",
-    target_os = "netbsd",
-    target_os = "tvos",
-    target_os = "watchos",
-    target_os = "windows",
-))]
-fn keepalive_retries(params: TcpKeepalive, retries: u32, _: &mut OptionReport) -> TcpKeepalive {
-    params.with_retries(retries)
-}
+    use socket2::{SockRef, TcpKeepalive};
 
-#[cfg(not(any(
-    target_os = "android",
-    target_os = "dragonfly",
-    target_os = "freebsd",
-    target_os = "fuchsia",
-    target_os = "illumos",
-    target_os = "ios",
-    target_os = "linux",
-    target_os = "macos",
-    target_os = "netbsd",
-    target_os = "tvos",
-    target_os = "watchos",
-    target_os = "windows",
-)))]
-fn keepalive_retries(params: TcpKeepalive, _: u32, report: &mut OptionReport) -> TcpKeepalive {
-    report.unsupported(SocketOption::KeepaliveRetries);
-    params
+    use super::{OptionReport, SocketOption};
+
+    pub(super) fn interval(
+        params: TcpKeepalive,
+        _: Duration,
+        report: &mut OptionReport,
+    ) -> TcpKeepalive {
+        report.unsupported(SocketOption::KeepaliveInterval);
+        params
+    }
+
+    pub(super) fn retries(params: TcpKeepalive, _: u32, report: &mut OptionReport) -> TcpKeepalive {
+        report.unsupported(SocketOption::KeepaliveRetries);
+        params
+    }
+
+    pub(super) fn read_interval(_: &SockRef<'_>) -> Option<Duration> {
+        None
+    }
+
+    pub(super) fn read_retries(_: &SockRef<'_>) -> Option<u32> {
+        None
+    }
 }
 
 #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
@@ -373,76 +390,6 @@ fn keepalive_idle(socket: &SockRef<'_>) -> Option<Duration> {
     target_os = "windows"
 ))]
 fn keepalive_idle(_: &SockRef<'_>) -> Option<Duration> {
-    None
-}
-
-#[cfg(any(
-    target_os = "android",
-    target_os = "dragonfly",
-    target_os = "freebsd",
-    target_os = "fuchsia",
-    target_os = "illumos",
-    target_os = "ios",
-    target_os = "linux",
-    target_os = "macos",
-    target_os = "netbsd",
-    target_os = "tvos",
-    target_os = "watchos",
-))]
-fn read_keepalive_interval(socket: &SockRef<'_>) -> Option<Duration> {
-    socket.tcp_keepalive_interval().ok()
-}
-
-#[cfg(any(
-    target_os = "android",
-    target_os = "dragonfly",
-    target_os = "freebsd",
-    target_os = "fuchsia",
-    target_os = "illumos",
-    target_os = "ios",
-    target_os = "linux",
-    target_os = "macos",
-    target_os = "netbsd",
-    target_os = "tvos",
-    target_os = "watchos",
-    target_os = "windows",
-))]
-fn read_keepalive_retries(socket: &SockRef<'_>) -> Option<u32> {
-    socket.tcp_keepalive_retries().ok()
-}
-
-#[cfg(not(any(
-    target_os = "android",
-    target_os = "dragonfly",
-    target_os = "freebsd",
-    target_os = "fuchsia",
-    target_os = "illumos",
-    target_os = "ios",
-    target_os = "linux",
-    target_os = "macos",
-    target_os = "netbsd",
-    target_os = "tvos",
-    target_os = "watchos",
-)))]
-fn read_keepalive_interval(_: &SockRef<'_>) -> Option<Duration> {
-    None
-}
-
-#[cfg(not(any(
-    target_os = "android",
-    target_os = "dragonfly",
-    target_os = "freebsd",
-    target_os = "fuchsia",
-    target_os = "illumos",
-    target_os = "ios",
-    target_os = "linux",
-    target_os = "macos",
-    target_os = "netbsd",
-    target_os = "tvos",
-    target_os = "watchos",
-    target_os = "windows",
-)))]
-fn read_keepalive_retries(_: &SockRef<'_>) -> Option<u32> {
     None
 }
 
