@@ -349,11 +349,15 @@ impl Pool {
 
     /// The TCP connect of `conn` completed.
     pub fn handle_connected(&mut self, now: Instant, conn: ConnId) -> Result<(), HandleError> {
-        let now = self.clock.advance(now);
-        let node = self.current(conn, |s| s == NodeState::Connecting)?;
-        self.connected(node, now);
-        self.finish();
-        Ok(())
+        self.report(
+            now,
+            conn,
+            |s| s == NodeState::Connecting,
+            |pool, node, now| {
+                pool.connected(node, now);
+                Ok(())
+            },
+        )
     }
 
     /// The TCP connect of `conn` failed.
@@ -363,20 +367,28 @@ impl Pool {
         conn: ConnId,
         failure: Failure,
     ) -> Result<(), HandleError> {
-        let now = self.clock.advance(now);
-        let node = self.current(conn, |s| s == NodeState::Connecting)?;
-        self.close(node, now, CloseReason::ConnectFailed(failure), false);
-        self.finish();
-        Ok(())
+        self.report(
+            now,
+            conn,
+            |s| s == NodeState::Connecting,
+            |pool, node, now| {
+                pool.close(node, now, CloseReason::ConnectFailed(failure), false);
+                Ok(())
+            },
+        )
     }
 
     /// The application handshake on `conn` succeeded: the connection is `Ready`.
     pub fn handle_handshake_done(&mut self, now: Instant, conn: ConnId) -> Result<(), HandleError> {
-        let now = self.clock.advance(now);
-        let node = self.current(conn, |s| s == NodeState::Handshaking)?;
-        self.ready(node, now, Reason::HandshakeDone);
-        self.finish();
-        Ok(())
+        self.report(
+            now,
+            conn,
+            |s| s == NodeState::Handshaking,
+            |pool, node, now| {
+                pool.ready(node, now, Reason::HandshakeDone);
+                Ok(())
+            },
+        )
     }
 
     /// The application handshake on `conn` failed; `auth` if it was refused authentication
@@ -387,16 +399,20 @@ impl Pool {
         conn: ConnId,
         auth: bool,
     ) -> Result<(), HandleError> {
-        let now = self.clock.advance(now);
-        let node = self.current(conn, |s| s == NodeState::Handshaking)?;
         let reason = if auth {
             CloseReason::AuthFailed
         } else {
             CloseReason::HandshakeFailed
         };
-        self.close(node, now, reason, true);
-        self.finish();
-        Ok(())
+        self.report(
+            now,
+            conn,
+            |s| s == NodeState::Handshaking,
+            |pool, node, now| {
+                pool.close(node, now, reason, true);
+                Ok(())
+            },
+        )
     }
 
     /// The kernel accepted `n` bytes of what [`poll_transmit`](Self::poll_transmit) last
@@ -407,11 +423,9 @@ impl Pool {
         conn: ConnId,
         n: usize,
     ) -> Result<(), HandleError> {
-        let now = self.clock.advance(now);
-        let node = self.current(conn, NodeState::is_established)?;
-        let result = self.written(node, conn, now, n);
-        self.finish();
-        result
+        self.report(now, conn, NodeState::is_established, |pool, node, now| {
+            pool.written(node, conn, now, n)
+        })
     }
 
     /// A response to `id` arrived on `conn`. A response for a request that is not in flight on
@@ -425,11 +439,9 @@ impl Pool {
         id: RequestId,
         payload: Bytes,
     ) -> Result<(), HandleError> {
-        let now = self.clock.advance(now);
-        let node = self.current(conn, NodeState::is_established)?;
-        let result = self.response(node, conn, now, id, payload);
-        self.finish();
-        result
+        self.report(now, conn, NodeState::is_established, |pool, node, now| {
+            pool.response(node, conn, now, id, payload)
+        })
     }
 
     /// `conn` failed or the peer closed it. Everything on it ends with
@@ -440,16 +452,20 @@ impl Pool {
         conn: ConnId,
         failure: Failure,
     ) -> Result<(), HandleError> {
-        let now = self.clock.advance(now);
-        let node = self.current(conn, |_| true)?;
-        let reason = if self.node(node)?.state == NodeState::Connecting {
-            CloseReason::ConnectFailed(failure)
-        } else {
-            CloseReason::Io(failure)
-        };
-        self.close(node, now, reason, false);
-        self.finish();
-        Ok(())
+        self.report(
+            now,
+            conn,
+            |_| true,
+            |pool, node, now| {
+                let reason = if pool.node(node)?.state == NodeState::Connecting {
+                    CloseReason::ConnectFailed(failure)
+                } else {
+                    CloseReason::Io(failure)
+                };
+                pool.close(node, now, reason, false);
+                Ok(())
+            },
+        )
     }
 
     /// The peer on `conn` broke the protocol. proto closes that connection only (an
@@ -460,12 +476,16 @@ impl Pool {
         conn: ConnId,
         violation: Violation,
     ) -> Result<(), HandleError> {
-        let now = self.clock.advance(now);
-        let node = self.current(conn, |_| true)?;
-        self.counters.protocol_violations += 1;
-        self.close(node, now, CloseReason::Protocol(violation), true);
-        self.finish();
-        Ok(())
+        self.report(
+            now,
+            conn,
+            |_| true,
+            |pool, node, now| {
+                pool.counters.protocol_violations += 1;
+                pool.close(node, now, CloseReason::Protocol(violation), true);
+                Ok(())
+            },
+        )
     }
 
     /// Fires every timer due at `now`. Safe to call early (nothing happens) or twice.
@@ -590,6 +610,22 @@ impl Pool {
             return Err(HandleError::WrongState);
         }
         Ok(node.id)
+    }
+
+    /// Every adapter report: clamps `now`, checks that `conn` is current and in a state
+    /// `state_ok` accepts (else nothing changes), applies `apply`, then tidies the timers.
+    fn report(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        state_ok: impl Fn(NodeState) -> bool,
+        apply: impl FnOnce(&mut Self, NodeId, Instant) -> Result<(), HandleError>,
+    ) -> Result<(), HandleError> {
+        let now = self.clock.advance(now);
+        let node = self.current(conn, state_ok)?;
+        let result = apply(self, node, now);
+        self.finish();
+        result
     }
 
     fn enqueue(
