@@ -497,24 +497,6 @@ fn a_response_for_an_unknown_request_closes_only_that_connection() {
 }
 
 #[test]
-fn a_response_before_the_request_was_written_is_a_violation() {
-    let mut h = Harness::new(exact());
-    let node = h.add();
-    let conn = h.ready(node);
-    let a = h.submit(node, 10, secs(5));
-    assert_eq!(
-        h.pool.handle_response(h.now, conn, a, Bytes::new()),
-        Err(HandleError::UnknownRequest)
-    );
-    h.collect();
-    assert_eq!(h.pool.current_conn(node), None);
-    assert!(matches!(
-        h.outcome(a),
-        Some(Outcome::ConnectionLost(CloseReason::Protocol(_)))
-    ));
-}
-
-#[test]
 fn cancel_drops_a_queued_frame_and_ends_an_in_flight_request() {
     let mut h = Harness::new(exact());
     let node = h.add();
@@ -822,19 +804,29 @@ fn a_draining_connection_that_fails_ends_closed_not_reconnecting() {
 }
 
 #[test]
-fn a_response_to_a_frame_only_handed_out_is_a_violation() {
-    let mut h = Harness::new(exact());
-    let node = h.add();
-    let conn = h.ready(node);
-    let a = h.submit(node, 10, secs(5));
-    let _ = h.pool.poll_transmit(conn).unwrap(); // handed out, nothing written yet
-    let err = h.pool.handle_response(h.now, conn, a, Bytes::new());
-    assert_eq!(err, Err(HandleError::UnknownRequest));
-    h.collect();
-    assert!(matches!(
-        h.outcome(a),
-        Some(Outcome::ConnectionLost(CloseReason::Protocol(_)))
-    ));
+fn a_response_before_any_byte_was_written_is_a_violation() {
+    // Queued, or handed to the adapter with nothing written yet: the peer cannot have it.
+    for handed_out in [false, true] {
+        let mut h = Harness::new(exact());
+        let node = h.add();
+        let conn = h.ready(node);
+        let a = h.submit(node, 10, secs(5));
+        if handed_out {
+            let _ = h.pool.poll_transmit(conn).unwrap();
+        }
+        let err = h.pool.handle_response(h.now, conn, a, Bytes::new());
+        assert_eq!(
+            err,
+            Err(HandleError::UnknownRequest),
+            "handed out: {handed_out}"
+        );
+        h.collect();
+        assert_eq!(h.pool.current_conn(node), None);
+        assert!(matches!(
+            h.outcome(a),
+            Some(Outcome::ConnectionLost(CloseReason::Protocol(_)))
+        ));
+    }
 }
 
 #[test]
