@@ -18,7 +18,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use keepwire_driver::{ClientEvent, Events, Runtime, sleep_until};
+use bytes::Bytes;
+use keepwire_driver::{Client, ClientEvent, Events, Runtime, SendError, Target, sleep_until};
 use keepwire_proto::{Config, Event};
 
 pub use netns::{Netns, NetnsError, in_private_netns};
@@ -69,6 +70,40 @@ impl<T> Task<T> {
     pub async fn join(self) -> T {
         self.receiver.recv().await.expect("the task finished")
     }
+}
+
+/// Sends `count` requests (`held 0`, `held 1`, …) to `target`, each from its own task with
+/// `timeout`; await the returned tasks for their results.
+pub fn send_held(
+    runtime: &dyn Runtime,
+    client: &Client,
+    target: Target,
+    count: usize,
+    timeout: Duration,
+) -> Vec<Task<Result<Bytes, SendError>>> {
+    (0..count)
+        .map(|i| {
+            let client = client.clone();
+            spawn(runtime, async move {
+                client.send(target, format!("held {i}"), timeout).await
+            })
+        })
+        .collect()
+}
+
+/// Waits until `peer` has read `count` requests; panics after 3 s.
+pub async fn until_read(runtime: &dyn Runtime, peer: &peers::Peer, count: usize) {
+    let read = within(runtime, Duration::from_secs(3), async {
+        while peer.requests() < count {
+            sleep(runtime, Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(
+        read.is_some(),
+        "the peer read {} of {count} requests",
+        peer.requests()
+    );
 }
 
 /// Waits, at most `limit`, for the first pool event that `matches` selects; other events are

@@ -8,7 +8,9 @@ use std::time::Duration;
 use keepwire_driver::{ClientBuilder, CommandError, HandshakeIo, Runtime, SendError, Target};
 use keepwire_proto::{CloseReason, Event, EvictReason, NodeState, Unavailable};
 use keepwire_tests::peers::{Behaviour, FullAcceptQueue, Peer, RefusingPort};
-use keepwire_tests::{sleep, spawn, test_config, test_on_every_runtime, wait_for, within};
+use keepwire_tests::{
+    send_held, sleep, spawn, test_config, test_on_every_runtime, until_read, wait_for, within,
+};
 
 async fn disable_enable_and_epoch_change_evict_cached_connections(runtime: Arc<dyn Runtime>) {
     let peer = Peer::start(Behaviour::Echo);
@@ -159,23 +161,8 @@ async fn shutdown_ends_every_pending_request_and_later_calls(runtime: Arc<dyn Ru
         .build(Arc::clone(&runtime))
         .unwrap();
     let mut events = client.subscribe();
-    let pending: Vec<_> = (0..5)
-        .map(|i| {
-            let client = client.clone();
-            spawn(&*runtime, async move {
-                client
-                    .send(Target::Best, format!("held {i}"), Duration::from_secs(30))
-                    .await
-            })
-        })
-        .collect();
-    let all_read = within(&*runtime, Duration::from_secs(3), async {
-        while peer.requests() < 5 {
-            sleep(&*runtime, Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    assert!(all_read.is_some());
+    let pending = send_held(&*runtime, &client, Target::Best, 5, Duration::from_secs(30));
+    until_read(&*runtime, &peer, 5).await;
     client.shutdown().await;
     for request in pending {
         assert_eq!(request.join().await, Err(SendError::Shutdown));
@@ -267,27 +254,14 @@ async fn a_graceful_shutdown_lets_sent_requests_run_to_their_own_end(runtime: Ar
         .build(Arc::clone(&runtime))
         .unwrap();
     let mut events = client.subscribe();
-    let held: Vec<_> = (0..3)
-        .map(|i| {
-            let client = client.clone();
-            spawn(&*runtime, async move {
-                client
-                    .send(
-                        Target::Best,
-                        format!("held {i}"),
-                        Duration::from_millis(500),
-                    )
-                    .await
-            })
-        })
-        .collect();
-    let all_read = within(&*runtime, Duration::from_secs(3), async {
-        while peer.requests() < 3 {
-            sleep(&*runtime, Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    assert!(all_read.is_some());
+    let held = send_held(
+        &*runtime,
+        &client,
+        Target::Best,
+        3,
+        Duration::from_millis(500),
+    );
+    until_read(&*runtime, &peer, 3).await;
     let draining = {
         let client = client.clone();
         spawn(&*runtime, async move { client.shutdown_gracefully().await })

@@ -10,7 +10,9 @@ use keepwire_proto::{
     CloseReason, Config, Event, EvictReason, Failure, NodeId, NodeState, Phase, Reason,
 };
 use keepwire_tests::peers::{Behaviour, FullAcceptQueue, Peer, RefusingPort};
-use keepwire_tests::{sleep, spawn, test_config, test_on_every_runtime, wait_for, within};
+use keepwire_tests::{
+    send_held, sleep, spawn, test_config, test_on_every_runtime, until_read, wait_for,
+};
 
 const MIB: usize = 1024 * 1024;
 
@@ -365,27 +367,14 @@ async fn a_hanging_connect_is_abandoned_at_a_growing_setup_deadline(runtime: Arc
 async fn a_restarted_peer_ends_old_requests_and_the_next_reconnects(runtime: Arc<dyn Runtime>) {
     let mut peer = Peer::start(Behaviour::Hold);
     let (client, node, _events) = start(&runtime, test_config(), peer.addr());
-    let held: Vec<_> = (0..3)
-        .map(|i| {
-            let client = client.clone();
-            spawn(&*runtime, async move {
-                client
-                    .send(
-                        Target::Node(node),
-                        format!("held {i}"),
-                        Duration::from_secs(10),
-                    )
-                    .await
-            })
-        })
-        .collect();
-    let read_all = within(&*runtime, Duration::from_secs(3), async {
-        while peer.requests() < 3 {
-            sleep(&*runtime, Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    assert!(read_all.is_some(), "the peer read the held requests");
+    let held = send_held(
+        &*runtime,
+        &client,
+        Target::Node(node),
+        3,
+        Duration::from_secs(10),
+    );
+    until_read(&*runtime, &peer, 3).await;
     peer.restart(Behaviour::Echo);
     for request in held {
         let outcome = request.join().await;

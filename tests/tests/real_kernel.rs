@@ -12,7 +12,7 @@ use keepwire_driver::{ClientBuilder, Runtime, SendError, Target};
 use keepwire_proto::{CloseReason, Event, Failure, Keepalive, NodeState, Reason};
 use keepwire_tests::peers::{Behaviour, Peer};
 use keepwire_tests::{
-    Netns, sleep, spawn, test_config, test_in_netns_on_every_runtime, wait_for, within,
+    Netns, spawn, test_config, test_in_netns_on_every_runtime, until_read, wait_for,
 };
 
 /// TCP_USER_TIMEOUT = 2 s with a write outstanding when the path goes dark: the connection
@@ -40,13 +40,7 @@ async fn user_timeout_fails_a_connection_with_unacknowledged_writes(
         })
     };
     let first = send("acknowledged before the blackhole");
-    let delivered = within(&*runtime, Duration::from_secs(3), async {
-        while peer.requests() < 1 {
-            sleep(&*runtime, Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    assert!(delivered.is_some(), "the peer read the first request");
+    until_read(&*runtime, &peer, 1).await;
 
     netns.set_loopback(false).expect("take lo down");
     let dark = WallClock::now();
