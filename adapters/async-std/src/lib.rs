@@ -31,7 +31,6 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -81,36 +80,11 @@ impl Runtime for AsyncStdRuntime {
 
 /// Builds a [`Client`] whose driver runs on async-std's executor.
 pub fn client(config: Config) -> AsyncStdClientBuilder {
-    AsyncStdClientBuilder {
-        builder: ClientBuilder::new(config),
-    }
+    BoundClientBuilder::new(config, AsyncStdRuntime)
 }
 
-/// A [`ClientBuilder`] bound to [`AsyncStdRuntime`]; [`builder`](Self::builder) reaches
-/// every other option.
-#[derive(Debug)]
-pub struct AsyncStdClientBuilder {
-    builder: ClientBuilder,
-}
-
-impl AsyncStdClientBuilder {
-    /// Adds a node.
-    pub fn node(mut self, addr: SocketAddr) -> Self {
-        self.builder = self.builder.node(addr);
-        self
-    }
-
-    /// Changes the underlying builder (codec, handshake, frame timeout, ...).
-    pub fn builder(mut self, change: impl FnOnce(ClientBuilder) -> ClientBuilder) -> Self {
-        self.builder = change(self.builder);
-        self
-    }
-
-    /// Spawns the driver.
-    pub fn build(self) -> Result<Client, BuildError> {
-        self.builder.build(Arc::new(AsyncStdRuntime))
-    }
-}
+/// A [`ClientBuilder`] bound to [`AsyncStdRuntime`].
+pub type AsyncStdClientBuilder = BoundClientBuilder<AsyncStdRuntime>;
 
 #[derive(Debug)]
 struct Sleep(AsyncIoTimer);

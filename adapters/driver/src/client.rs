@@ -117,6 +117,48 @@ impl ClientBuilder {
     }
 }
 
+/// A [`ClientBuilder`] with its runtime chosen, as each runtime crate's `client()` returns it:
+/// [`build`](Self::build) needs no runtime argument, and [`builder`](Self::builder) reaches
+/// every other option.
+#[derive(Debug)]
+pub struct BoundClientBuilder<R> {
+    builder: ClientBuilder,
+    runtime: R,
+}
+
+impl<R: Runtime> BoundClientBuilder<R> {
+    /// A builder for `config` whose driver will run on `runtime`.
+    pub fn new(config: Config, runtime: R) -> Self {
+        Self {
+            builder: ClientBuilder::new(config),
+            runtime,
+        }
+    }
+
+    /// Adds a node.
+    pub fn node(mut self, addr: SocketAddr) -> Self {
+        self.builder = self.builder.node(addr);
+        self
+    }
+
+    /// Changes the underlying builder (codec, handshake, frame timeout, ...).
+    pub fn builder(mut self, change: impl FnOnce(ClientBuilder) -> ClientBuilder) -> Self {
+        self.builder = change(self.builder);
+        self
+    }
+
+    /// Runs the driver on `runtime` instead (e.g. smol on an executor of your own).
+    pub fn runtime(mut self, runtime: R) -> Self {
+        self.runtime = runtime;
+        self
+    }
+
+    /// Spawns the driver.
+    pub fn build(self) -> Result<Client, BuildError> {
+        self.builder.build(Arc::new(self.runtime))
+    }
+}
+
 impl fmt::Debug for ClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientBuilder")

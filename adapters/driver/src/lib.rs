@@ -39,7 +39,9 @@ mod runtime;
 mod socket;
 mod sync;
 
-pub use client::{Client, ClientBuilder, ClientEvent, Events, NodeInfo, SocketInfo};
+pub use client::{
+    BoundClientBuilder, Client, ClientBuilder, ClientEvent, Events, NodeInfo, SocketInfo,
+};
 pub use codec::{Codec, EncodeError, LengthPrefixed, Response};
 pub use error::{
     BuildError, Cause, CommandError, FailureText, SendError, ViolationText, failure_of,

@@ -103,46 +103,14 @@ impl Runtime for SmolRuntime {
     }
 }
 
-/// Builds a [`Client`] whose driver runs on smol's global executor.
+/// Builds a [`Client`] whose driver runs on smol's global executor; to run it on an executor
+/// of your own, pass `.runtime(SmolRuntime::with_executor(executor))`.
 pub fn client(config: Config) -> SmolClientBuilder {
-    SmolClientBuilder {
-        builder: ClientBuilder::new(config),
-        runtime: SmolRuntime::new(),
-    }
+    BoundClientBuilder::new(config, SmolRuntime::new())
 }
 
-/// A [`ClientBuilder`] bound to a [`SmolRuntime`]; [`builder`](Self::builder) reaches every
-/// other option.
-#[derive(Debug)]
-pub struct SmolClientBuilder {
-    builder: ClientBuilder,
-    runtime: SmolRuntime,
-}
-
-impl SmolClientBuilder {
-    /// Adds a node.
-    pub fn node(mut self, addr: SocketAddr) -> Self {
-        self.builder = self.builder.node(addr);
-        self
-    }
-
-    /// Changes the underlying builder (codec, handshake, frame timeout, ...).
-    pub fn builder(mut self, change: impl FnOnce(ClientBuilder) -> ClientBuilder) -> Self {
-        self.builder = change(self.builder);
-        self
-    }
-
-    /// Runs the driver on `executor` instead of the global one.
-    pub fn executor(mut self, executor: Arc<Executor<'static>>) -> Self {
-        self.runtime = SmolRuntime::with_executor(executor);
-        self
-    }
-
-    /// Spawns the driver.
-    pub fn build(self) -> Result<Client, BuildError> {
-        self.builder.build(Arc::new(self.runtime))
-    }
-}
+/// A [`ClientBuilder`] bound to a [`SmolRuntime`].
+pub type SmolClientBuilder = BoundClientBuilder<SmolRuntime>;
 
 #[derive(Debug)]
 struct AsyncIoTimer(SmolTimer);

@@ -26,7 +26,6 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -97,43 +96,15 @@ impl Runtime for TokioRuntime {
 /// Builds a [`Client`] on the tokio runtime of the calling context.
 ///
 /// # Panics
-/// Outside a tokio runtime.
+/// Outside a tokio runtime (use [`BoundClientBuilder::runtime`] with
+/// [`TokioRuntime::from_handle`] to build from elsewhere).
 pub fn client(config: Config) -> TokioClientBuilder {
-    TokioClientBuilder {
-        builder: ClientBuilder::new(config),
-    }
+    BoundClientBuilder::new(config, TokioRuntime::current())
 }
 
-/// A [`ClientBuilder`] bound to the current tokio runtime; [`build`](Self::build) needs no
-/// runtime argument. [`builder`](Self::builder) reaches every other option.
-#[derive(Debug)]
-pub struct TokioClientBuilder {
-    builder: ClientBuilder,
-}
+/// A [`ClientBuilder`] bound to a tokio runtime.
+pub type TokioClientBuilder = BoundClientBuilder<TokioRuntime>;
 
-impl TokioClientBuilder {
-    /// Adds a node.
-    pub fn node(mut self, addr: SocketAddr) -> Self {
-        self.builder = self.builder.node(addr);
-        self
-    }
-
-    /// Changes the underlying builder (codec, handshake, frame timeout, ...).
-    pub fn builder(mut self, change: impl FnOnce(ClientBuilder) -> ClientBuilder) -> Self {
-        self.builder = change(self.builder);
-        self
-    }
-
-    /// Spawns the driver on the current tokio runtime.
-    ///
-    /// # Panics
-    /// Outside a tokio runtime.
-    pub fn build(self) -> Result<Client, BuildError> {
-        self.builder.build(Arc::new(TokioRuntime::current()))
-    }
-}
-
-/// `Sleep` is `!Unpin`; boxing it keeps the timer `Unpin` so no unsafe projection is needed.
 #[derive(Debug)]
 struct TokioTimer {
     sleep: Pin<Box<Sleep>>,
