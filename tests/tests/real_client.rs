@@ -5,12 +5,23 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use keepwire_driver::{ClientBuilder, CommandError, HandshakeIo, Runtime, SendError, Target};
+use keepwire_driver::{
+    ClientBuilder, CommandError, Events, HandshakeIo, Runtime, SendError, Target,
+};
 use keepwire_proto::{CloseReason, Event, EvictReason, NodeState, Unavailable};
 use keepwire_tests::peers::{Behaviour, FullAcceptQueue, Peer, RefusingPort};
 use keepwire_tests::{
     send_held, sleep, spawn, test_config, test_on_every_runtime, until_read, wait_for, within,
 };
+
+/// The reason of the next eviction event, within 1 s.
+async fn next_eviction(runtime: &dyn Runtime, events: &mut Events, what: &str) -> EvictReason {
+    wait_for(runtime, events, Duration::from_secs(1), what, |e| match e {
+        Event::Evicted { reason, .. } => Some(*reason),
+        _ => None,
+    })
+    .await
+}
 
 async fn disable_enable_and_epoch_change_evict_cached_connections(runtime: Arc<dyn Runtime>) {
     let peer = Peer::start(Behaviour::Echo);
@@ -35,17 +46,7 @@ async fn disable_enable_and_epoch_change_evict_cached_connections(runtime: Arc<d
         Err(SendError::NoNode { all_full: false })
     );
     client.enable_node(node).await.unwrap();
-    let reason = wait_for(
-        &*runtime,
-        &mut events,
-        Duration::from_secs(1),
-        "eviction on readmission",
-        |e| match e {
-            Event::Evicted { reason, .. } => Some(*reason),
-            _ => None,
-        },
-    )
-    .await;
+    let reason = next_eviction(&*runtime, &mut events, "eviction on readmission").await;
     assert_eq!(reason, EvictReason::Readmitted);
     assert_eq!(ping().await.as_deref(), Ok(&b"ping"[..]));
 
@@ -54,17 +55,7 @@ async fn disable_enable_and_epoch_change_evict_cached_connections(runtime: Arc<d
     assert_eq!(ping().await.as_deref(), Ok(&b"ping"[..]));
     assert_eq!(peer.accepted(), 2);
     client.set_epoch(node, 1).await.unwrap();
-    let reason = wait_for(
-        &*runtime,
-        &mut events,
-        Duration::from_secs(1),
-        "eviction on epoch change",
-        |e| match e {
-            Event::Evicted { reason, .. } => Some(*reason),
-            _ => None,
-        },
-    )
-    .await;
+    let reason = next_eviction(&*runtime, &mut events, "eviction on epoch change").await;
     assert_eq!(reason, EvictReason::EpochChanged);
     assert_eq!(ping().await.as_deref(), Ok(&b"ping"[..]));
     assert_eq!(
