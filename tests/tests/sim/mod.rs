@@ -1,12 +1,10 @@
 //! A deterministic network simulator around the real `keepwire_proto::Pool`: a virtual clock,
 //! simulated kernels (a bounded send buffer per connection) and scripted servers that fail the
-//! ways real ones do: accept and never read, SYN blackhole, refuse, reset, restart on the same
+//! ways real ones do: accept and never read, SYN blackhole, reset, restart on the same
 //! address, drain slowly, or sit behind a stalled path.
 //!
 //! The loop is the one an adapter runs, so these scenarios exercise the same call sequence as
 //! the real drivers, with time moved by hand.
-
-#![allow(dead_code)] // each scenario file uses part of the simulator
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
@@ -27,8 +25,6 @@ pub(crate) enum Server {
     NeverRead,
     /// SYNs vanish: a connect never completes.
     Blackhole,
-    /// Nothing listens: connects are refused after one round trip.
-    Refuse,
     /// Reads at most `bytes_per_sec`, answers each request once read.
     SlowDrain { bytes_per_sec: u64 },
 }
@@ -261,12 +257,7 @@ impl World {
             match sim.connected_at {
                 Some(at) if at <= now => {
                     sim.reported = true;
-                    if let Server::Refuse = server {
-                        self.conns.remove(&conn);
-                        let _ = self.pool.handle_connect_failed(now, conn, Failure::Refused);
-                    } else {
-                        let _ = self.pool.handle_connected(now, conn);
-                    }
+                    let _ = self.pool.handle_connected(now, conn);
                     return true;
                 }
                 _ => return false,
