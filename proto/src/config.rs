@@ -62,8 +62,14 @@ pub struct Config {
     pub handshake: bool,
     /// Socket options proto hands to the adapter with every "open a connection" action.
     pub socket: SocketOptions,
-    /// Seed of the PRNG behind every jitter draw and selection offset. Default 0.
-    pub seed: u64,
+    /// Seed of the PRNG behind every jitter draw and selection offset. Same seed and same
+    /// inputs give bit-identical outputs, so a trace can be replayed.
+    ///
+    /// `None` (the default) leaves the choice to the host: the runtime adapters draw one from
+    /// OS entropy for every pool, so a fleet of clients never shares its jitter or its first
+    /// choice of node; proto alone, which has no entropy source, then uses
+    /// [`Config::FALLBACK_SEED`]. [`Pool::seed`](crate::Pool::seed) tells the seed in use.
+    pub seed: Option<u64>,
     /// How node selection ranks disconnected nodes whose backoff has elapsed.
     pub selection: SelectionRule,
     /// Consecutive connection failures, or consecutive request timeouts, that quarantine a
@@ -93,6 +99,12 @@ pub struct Config {
     /// A `Ready` connection with no request for longer than this is closed (a counted,
     /// non-failure disconnect). [`Duration::ZERO`] disables. Default zero (disabled).
     pub idle_timeout: Duration,
+    /// A response that has started arriving must be complete within this, or its connection
+    /// is closed with [`Violation::TooSlow`](crate::Violation::TooSlow) (a peer dripping
+    /// bytes). The adapter reports what it has buffered with
+    /// [`Pool::handle_received`](crate::Pool::handle_received). [`Duration::ZERO`] disables.
+    /// Default 10 s.
+    pub frame_timeout: Duration,
 }
 
 impl Default for Config {
@@ -111,7 +123,7 @@ impl Default for Config {
             max_in_flight: 128,
             handshake: false,
             socket: SocketOptions::default(),
-            seed: 0,
+            seed: None,
             selection: SelectionRule::FewestFailedAttempts,
             quarantine_after: 3,
             probe_backoff: Duration::from_secs(5),
@@ -119,6 +131,7 @@ impl Default for Config {
             after_last_probe: AfterLastProbe::StayExcluded,
             memory_budget: None,
             idle_timeout: Duration::ZERO,
+            frame_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -128,6 +141,9 @@ impl Default for Config {
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
 impl Config {
+    /// The seed a pool uses when [`Config::seed`] is `None` and no adapter chose one.
+    pub const FALLBACK_SEED: u64 = 0x6b65_6570_7769_7265; // "keepwire"
+
     /// Checks every field and every rule between fields; the error names the field(s) and the
     /// rule broken.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -151,6 +167,7 @@ impl Config {
         jitter("reconnect_jitter", self.reconnect_jitter)?;
         bounded("write_timeout", self.write_timeout)?;
         bounded("idle_timeout", self.idle_timeout)?;
+        bounded("frame_timeout", self.frame_timeout)?;
         if self.high_watermark == 0 {
             return Err(ConfigError::Zero {
                 field: "high_watermark",

@@ -115,7 +115,7 @@ pub fn run(data: &[u8]) -> crate::Counters {
 /// fires within a few operations.
 fn config(u: &mut Unstructured<'_>) -> arbitrary::Result<Config> {
     let mut c = Config::default();
-    c.seed = u.arbitrary()?;
+    c.seed = Some(u.arbitrary()?);
     c.setup_timeout = Duration::from_millis(u.int_in_range(1..=200)?);
     c.setup_timeout_max = c.setup_timeout * u.int_in_range(1..=4)?;
     c.reconnect_backoff = Duration::from_millis(u.int_in_range(1..=50)?);

@@ -116,7 +116,7 @@ impl Pool {
     pub fn new(config: Config, now: Instant) -> Result<Self, ConfigError> {
         config.validate()?;
         Ok(Self {
-            rng: Rng::new(config.seed),
+            rng: Rng::new(config.seed.unwrap_or(Config::FALLBACK_SEED)),
             config,
             clock: Clock::new(now),
             nodes: Vec::new(),
@@ -129,6 +129,12 @@ impl Pool {
             total_pending: 0,
             shut_down: false,
         })
+    }
+
+    /// The seed behind every jitter draw and selection offset: [`Config::seed`], or
+    /// [`Config::FALLBACK_SEED`] when that is `None`. Set it as `Config::seed` to replay a trace.
+    pub fn seed(&self) -> u64 {
+        self.config.seed.unwrap_or(Config::FALLBACK_SEED)
     }
 
     /// The validated configuration.

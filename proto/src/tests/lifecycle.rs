@@ -95,7 +95,7 @@ fn setup_timeout_jitter_is_drawn_once_per_attempt_within_twenty_percent() {
     let mut seen = Vec::new();
     for seed in 0..50 {
         let mut config = Config::default();
-        config.seed = seed;
+        config.seed = Some(seed);
         let mut h = Harness::new(config);
         let node = h.add();
         h.pool.connect(h.now, node).unwrap();
@@ -113,7 +113,7 @@ fn setup_timeout_jitter_is_drawn_once_per_attempt_within_twenty_percent() {
 fn same_seed_same_trace() {
     fn trace(seed: u64) -> Vec<Event> {
         let mut config = Config::default();
-        config.seed = seed;
+        config.seed = Some(seed);
         let mut h = Harness::new(config);
         let node = h.add();
         for _ in 0..5 {

@@ -99,7 +99,7 @@ fn first_pick_among_equal_idle_nodes_is_spread_evenly_over_seeds() {
     let mut counts = [0u32; 4];
     for seed in 0..1_000 {
         let mut config = pool_config();
-        config.seed = seed;
+        config.seed = Some(seed);
         let mut h = Harness::new(config);
         let nodes: Vec<NodeId> = (0..4).map(|_| h.add()).collect();
         for &n in &nodes {
