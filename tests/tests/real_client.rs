@@ -295,7 +295,31 @@ async fn a_graceful_shutdown_lets_sent_requests_run_to_their_own_end(runtime: Ar
     );
 }
 
+/// Every client draws its own seed from OS entropy unless the configuration sets one, and
+/// tells the seed in use, so a trace can be replayed.
+async fn each_client_is_seeded_from_entropy_unless_a_seed_is_set(runtime: Arc<dyn Runtime>) {
+    let build = |config| {
+        ClientBuilder::new(config)
+            .build(Arc::clone(&runtime))
+            .unwrap()
+    };
+    let (first, second) = (build(test_config()), build(test_config()));
+    assert_ne!(
+        first.seed(),
+        second.seed(),
+        "two default clients share a seed"
+    );
+    let mut config = test_config();
+    config.seed = Some(7);
+    let replay = build(config);
+    assert_eq!(replay.seed(), 7);
+    for client in [first, second, replay] {
+        client.shutdown().await;
+    }
+}
+
 test_on_every_runtime!(
+    each_client_is_seeded_from_entropy_unless_a_seed_is_set,
     a_graceful_shutdown_lets_sent_requests_run_to_their_own_end,
     connect_on_a_quarantined_node_says_why_it_is_refused,
     dropping_the_last_client_closes_its_connections,

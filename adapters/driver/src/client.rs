@@ -91,15 +91,20 @@ impl ClientBuilder {
     }
 
     /// Validates the configuration, spawns the driver on `runtime` and returns the client.
+    ///
+    /// When [`Config::seed`] is `None` the pool is seeded from OS entropy; [`Client::seed`]
+    /// tells the seed in use.
     pub fn build(self, runtime: Arc<dyn Runtime>) -> Result<Client, BuildError> {
         if self.config.handshake && self.hook.is_none() {
             return Err(BuildError::MissingHandshakeHook);
         }
         let shared = Arc::new(Shared::new(self.event_capacity));
         let frame_timeout = (!self.frame_timeout.is_zero()).then_some(self.frame_timeout);
+        let mut config = self.config;
+        config.seed.get_or_insert_with(entropy_seed);
         let (driver, initial_nodes) = Driver::new(
             runtime,
-            self.config,
+            config,
             &self.nodes,
             Arc::clone(&shared),
             self.codec,
@@ -107,11 +112,13 @@ impl ClientBuilder {
             frame_timeout,
         )?;
         let runtime = driver.runtime();
+        let seed = driver.seed();
         runtime.spawn(Box::pin(driver));
         Ok(Client {
             handle: Arc::new(Handle {
                 shared,
                 initial_nodes,
+                seed,
             }),
         })
     }
@@ -183,6 +190,7 @@ pub struct Client {
 struct Handle {
     shared: Arc<Shared>,
     initial_nodes: Vec<NodeId>,
+    seed: u64,
 }
 
 impl Drop for Handle {
@@ -227,6 +235,13 @@ impl Client {
     /// The nodes given to the builder, in order.
     pub fn initial_nodes(&self) -> &[NodeId] {
         &self.handle.initial_nodes
+    }
+
+    /// The seed of this client's pool: [`Config::seed`] if it was set, else the one drawn
+    /// from OS entropy when the client was built (so clients never share jitter). To replay a
+    /// trace, build a client with `Config::seed` set to this value.
+    pub fn seed(&self) -> u64 {
+        self.handle.seed
     }
 
     /// Adds a node.
@@ -333,6 +348,18 @@ impl Client {
         }
         receiver.await.ok_or(CommandError::Shutdown)
     }
+}
+
+/// A seed from OS entropy, without a dependency: std seeds every [`RandomState`] from the OS
+/// (once per thread, then varied per instance), and hashing a process-wide counter keeps two
+/// draws on one thread distinct even if the keys ever repeated.
+///
+/// [`RandomState`]: std::collections::hash_map::RandomState
+fn entropy_seed() -> u64 {
+    use std::hash::BuildHasher;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static DRAWS: AtomicU64 = AtomicU64::new(0);
+    std::collections::hash_map::RandomState::new().hash_one(DRAWS.fetch_add(1, Ordering::Relaxed))
 }
 
 /// Cancels the request if the caller stops waiting before the response.

@@ -166,6 +166,11 @@ impl Driver {
         Arc::clone(&self.runtime)
     }
 
+    /// The seed the pool draws its jitter and selection offsets from.
+    pub(crate) fn seed(&self) -> u64 {
+        self.pool.seed()
+    }
+
     fn now(&self) -> Instant {
         let elapsed = self.runtime.now().saturating_duration_since(self.origin);
         Instant::from_nanos(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX))
