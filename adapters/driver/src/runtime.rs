@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::io;
+use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -64,6 +64,25 @@ pub trait IoStream: Send + fmt::Debug + 'static {
 
     /// Writes from `buf`, returning how many bytes the kernel accepted.
     fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>>;
+
+    /// Writes from `bufs` in order, in one system call where the stream can (`writev`),
+    /// returning how many bytes the kernel accepted across them.
+    ///
+    /// The driver hands a connection's queued frames out in one call, so a native vectored
+    /// write saves a syscall per frame. The default writes the first non-empty slice with
+    /// [`poll_write`](Self::poll_write), as `std::io::Write::write_vectored` does: correct,
+    /// but one syscall per frame. Every runtime crate of keepwire overrides it.
+    fn poll_write_vectored(
+        &mut self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let buf = bufs
+            .iter()
+            .find(|b| !b.is_empty())
+            .map_or(&[][..], |b| &**b);
+        self.poll_write(cx, buf)
+    }
 
     /// The underlying socket, for `getsockopt` through socket2.
     fn socket(&self) -> SockRef<'_>;
