@@ -325,11 +325,7 @@ fn a_sender_holding_an_evicted_connection_retries_once_and_only_once() {
         None,
         "queued: moved to a fresh connection"
     );
-    assert_eq!(
-        h.pool.poll_transmit(old),
-        None,
-        "the evicted handle never transmits"
-    );
+    assert_eq!(h.transmit(old), None, "the evicted handle never transmits");
     let (fresh, _) = h.expect_open();
     assert_ne!(fresh, old);
     assert_eq!(
