@@ -18,6 +18,7 @@ extern crate std;
 mod backoff;
 mod config;
 mod counters;
+mod display;
 mod event;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
