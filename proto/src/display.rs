@@ -37,6 +37,7 @@ impl fmt::Display for Reason {
             Self::HandshakeDone => f.write_str("handshake done"),
             Self::Closed(reason) => write!(f, "closed: {reason}"),
             Self::Draining => f.write_str("draining for shutdown"),
+            Self::BackoffReset => f.write_str("backoff reset (new epoch)"),
         }
     }
 }
