@@ -335,3 +335,31 @@ impl Outbound {
             .sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_counts_neither_wrap_nor_saturate() {
+        let mut c = ByteCount::default();
+        c.add(10);
+        c.release(4);
+        assert_eq!(c.get(), 6);
+        assert!(c.fits(u64::MAX - 6));
+        assert!(!c.fits(u64::MAX - 5), "a submit checks this before adding");
+        let over = std::panic::catch_unwind(move || {
+            let mut c = c;
+            c.release(7);
+        });
+        assert!(
+            over.is_err(),
+            "releasing more than was counted stops at once"
+        );
+        let overflow = std::panic::catch_unwind(move || {
+            let mut c = ByteCount(u64::MAX);
+            c.add(1);
+        });
+        assert!(overflow.is_err(), "an overflow stops at once");
+    }
+}

@@ -4,6 +4,7 @@
 mod lifecycle;
 mod pool;
 mod props;
+mod transmit;
 
 use alloc::vec::Vec;
 use core::net::SocketAddr;
