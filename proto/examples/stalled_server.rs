@@ -37,6 +37,7 @@ fn main() {
     // Each frame carries its request id in its first 8 bytes, as a codec's correlation id would.
     let mut in_kernel: Vec<u8> = Vec::new();
     let mut received: VecDeque<u8> = VecDeque::new();
+    let mut bufs = Vec::new(); // what the pool hands out for one vectored write
     let mut tally = Tally::default();
     let tick = Duration::from_millis(100);
     println!("  time   what happened");
@@ -72,16 +73,20 @@ fn main() {
             }
         }
         if let Some(conn) = pool.current_conn(node) {
-            while let Some(bytes) = pool.poll_transmit(conn) {
-                if !stalled {
-                    received.extend(in_kernel.drain(..)); // a healthy server reads everything
+            if !stalled {
+                received.extend(in_kernel.drain(..)); // a healthy server reads everything
+            }
+            if in_kernel.len() < SEND_BUFFER {
+                let _ = pool.handle_writable(now, conn); // the socket has room again
+            }
+            while let Some(conn) = pool.poll_transmit(64 * 1024, &mut bufs) {
+                let mut n = 0;
+                for bytes in &bufs {
+                    let take = bytes.len().min(SEND_BUFFER - in_kernel.len());
+                    in_kernel.extend_from_slice(&bytes[..take]);
+                    n += take;
                 }
-                let n = bytes.len().min(SEND_BUFFER - in_kernel.len());
-                in_kernel.extend_from_slice(&bytes[..n]);
                 pool.handle_written(now, conn, n).expect("handed out");
-                if n < bytes.len() {
-                    break;
-                }
             }
             if !stalled {
                 received.extend(in_kernel.drain(..));

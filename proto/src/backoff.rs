@@ -15,21 +15,21 @@ use crate::rng::Unit;
 
 /// An exponential backoff: a base doubling on each step up to a maximum, with jitter.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     /// The value for step 0 before jitter.
-    pub base: Duration,
+    pub(crate) base: Duration,
     /// The cap; also the exact value when `base >= max`.
-    pub max: Duration,
+    pub(crate) max: Duration,
     /// The jitter ratio `j` in `[0, 1)`: each value is scaled by a factor in `[1 - j, 1 + j)`.
-    pub jitter: f64,
+    pub(crate) jitter: f64,
 }
 
 impl Backoff {
     /// The value for step `n` (0 for the first), with `draw` as the jitter draw.
     ///
-    /// `draw` comes from the pool's seeded [`Rng`](crate::Rng); tests pass
+    /// `draw` comes from the pool's seeded [`Rng`](crate::rng::Rng); tests pass
     /// [`Unit::ZERO`] or [`Unit::MAX`] to pin the jitter at its extremes.
-    pub fn delay(&self, n: u32, draw: Unit) -> Duration {
+    pub(crate) fn delay(&self, n: u32, draw: Unit) -> Duration {
         if self.base >= self.max {
             return self.max;
         }
@@ -40,10 +40,20 @@ impl Backoff {
         } else {
             base.saturating_mul(1u128 << n).min(max)
         };
-        let factor = 1.0 - self.jitter + 2.0 * self.jitter * draw.get();
-        // Nanoseconds of any sane timeout fit an f64's 53-bit mantissa exactly.
-        let jittered = libm_floor(term as f64 * factor);
-        let nanos = jittered.min(max);
+        if self.jitter == 0.0 {
+            return Duration::from_nanos(u64::try_from(term).unwrap_or(u64::MAX));
+        }
+        // `term · f` with f in [1 - j, 1 + j): the low end plus a share of the span. Rounding
+        // can carry the top draw onto `term · (1 + j)` itself; the range is half-open, so that
+        // lands one nanosecond below it instead.
+        let low = term as f64 * (1.0 - self.jitter);
+        let high = term as f64 * (1.0 + self.jitter);
+        let jittered = low + 2.0 * self.jitter * term as f64 * draw.get();
+        let mut nanos = libm_floor(jittered);
+        if nanos as f64 >= high {
+            nanos = libm_ceil(high) - 1;
+        }
+        let nanos = nanos.min(max);
         Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 }
@@ -51,6 +61,12 @@ impl Backoff {
 /// `x.floor() as u128` for the non-negative values here (`f64::floor` needs std).
 fn libm_floor(x: f64) -> u128 {
     x as u128 // `as` truncates toward zero, which is floor for x >= 0
+}
+
+/// `x.ceil() as u128` for the non-negative values here.
+fn libm_ceil(x: f64) -> u128 {
+    let floor = libm_floor(x);
+    if (floor as f64) < x { floor + 1 } else { floor }
 }
 
 #[cfg(test)]
@@ -96,12 +112,35 @@ mod tests {
     fn jitter_extremes() {
         let b = reconnect();
         assert_eq!(b.delay(0, Unit::ZERO), ms(40));
-        // The top draw gives 1.2 · base to within a nanosecond (f64 rounding at the edge).
+        // The range is [0.8, 1.2): the top draw stays strictly below 1.2 · base.
         let high = b.delay(0, Unit::MAX);
-        assert!(high <= ms(60) && high > ms(59), "{high:?}");
+        assert!(high < ms(60) && high > ms(59), "{high:?}");
         // At the cap, a high draw cannot exceed max, a low one goes down to 0.8 max.
         assert_eq!(b.delay(9, Unit::MAX), ms(1000));
         assert_eq!(b.delay(9, Unit::ZERO), ms(800));
+    }
+
+    #[test]
+    fn the_jitter_factor_stays_strictly_below_one_plus_jitter() {
+        // Bases whose 1.2 multiple is exact in f64, where rounding used to reach it.
+        for base in [50, 100, 250, 1000, 10_000] {
+            let b = Backoff {
+                base: ms(base),
+                max: ms(1_000_000),
+                jitter: 0.2,
+            };
+            let top = Duration::from_nanos(base * 1_200_000);
+            for step in 0..4 {
+                let d = b.delay(step, Unit::MAX);
+                assert!(d < top * (1 << step), "base {base} step {step}: {d:?}");
+            }
+        }
+        let b = Backoff {
+            base: Duration::from_nanos(10),
+            max: Duration::from_secs(1),
+            jitter: 0.5,
+        };
+        assert_eq!(b.delay(0, Unit::MAX), Duration::from_nanos(14));
     }
 
     #[test]

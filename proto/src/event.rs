@@ -202,6 +202,9 @@ pub enum Reason {
     Closed(CloseReason),
     /// A graceful shutdown began: the connection drains what it holds.
     Draining,
+    /// The node's restart epoch changed while it was between connections: its backoff
+    /// restarted and it may reconnect now.
+    BackoffReset,
 }
 
 /// Why a connection closed.

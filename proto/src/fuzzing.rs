@@ -97,7 +97,8 @@ pub fn run(data: &[u8]) -> crate::Counters {
             Err(_) => break,
         }
     }
-    let mut session = Session::new(config);
+    let batch = u.int_in_range(1..=2048).unwrap_or(1);
+    let mut session = Session::new(config, batch);
     for op in &ops {
         session.step(op);
         session
@@ -165,6 +166,10 @@ struct Session {
     dropped_unsent: BTreeSet<RequestId>,
     /// Requests some peer received a byte of.
     on_wire: BTreeSet<RequestId>,
+    /// Hand-outs from `poll_transmit` the adapter holds and has not reported yet.
+    handed: BTreeMap<ConnId, Vec<Bytes>>,
+    /// The byte budget of each `poll_transmit`.
+    batch: usize,
 }
 
 /// What a peer received on one connection: frames are `id (8 bytes) | len (2) | filler`.
@@ -178,7 +183,7 @@ struct Stream {
 const HEADER: usize = 10;
 
 impl Session {
-    fn new(config: Config) -> Self {
+    fn new(config: Config, batch: usize) -> Self {
         let now = Instant::from_secs(1);
         Self {
             pool: Pool::new(config, now).expect("valid by construction"),
@@ -190,6 +195,8 @@ impl Session {
             ended: BTreeSet::new(),
             dropped_unsent: BTreeSet::new(),
             on_wire: BTreeSet::new(),
+            handed: BTreeMap::new(),
+            batch,
         }
     }
 
@@ -295,15 +302,29 @@ impl Session {
         self.stale_conns_transmit_nothing();
     }
 
+    /// Takes every hand-out the pool offers; each is for a current connection that has no
+    /// other hand-out outstanding. Hand-outs of connections that closed are forgotten.
     fn stale_conns_transmit_nothing(&mut self) {
-        for &conn in &self.conns {
-            if self.pool.current_conn(conn.node()) != Some(conn) {
-                assert_eq!(
-                    self.pool.poll_transmit(conn),
-                    None,
-                    "bytes handed out for stale {conn:?}"
-                );
-            }
+        let pool = &self.pool;
+        self.handed
+            .retain(|conn, _| pool.current_conn(conn.node()) == Some(*conn));
+        let mut out = Vec::new();
+        while let Some(conn) = self.pool.poll_transmit(self.batch, &mut out) {
+            assert_eq!(
+                self.pool.current_conn(conn.node()),
+                Some(conn),
+                "bytes handed out for stale {conn:?}"
+            );
+            assert!(!out.is_empty(), "an empty hand-out for {conn:?}");
+            let first = out[0].len();
+            let total: usize = out.iter().map(Bytes::len).sum();
+            assert!(
+                out.len() == 1 || total <= self.batch.max(first),
+                "{conn:?}: {total} bytes handed out over a budget of {}",
+                self.batch
+            );
+            let previous = self.handed.insert(conn, core::mem::take(&mut out));
+            assert!(previous.is_none(), "{conn:?} handed out twice unreported");
         }
     }
 
@@ -351,27 +372,31 @@ impl Session {
         }
     }
 
+    /// The node's socket takes up to `accept` bytes: the adapter writes what it holds for
+    /// that connection, then what the pool hands out next, until the socket is full.
     fn write(&mut self, i: u8, accept: usize) {
         let Some(conn) = self.conn(i) else { return };
         let mut budget = accept;
-        while let Some(bytes) = self.pool.poll_transmit(conn) {
-            let n = bytes.len().min(budget);
-            if n == 0 && !bytes.is_empty() {
-                self.pool
-                    .handle_written(self.now, conn, 0)
-                    .expect("a blocked write is accepted");
+        let _ = self.pool.handle_writable(self.now, conn);
+        loop {
+            self.stale_conns_transmit_nothing();
+            let Some(bufs) = self.handed.remove(&conn) else {
                 break;
+            };
+            let total: usize = bufs.iter().map(Bytes::len).sum();
+            let n = total.min(budget);
+            let stream = self.streams.entry(conn).or_default();
+            let mut left = n;
+            for buf in &bufs {
+                let take = buf.len().min(left);
+                stream.buf.extend_from_slice(&buf[..take]);
+                left -= take;
             }
-            self.streams
-                .entry(conn)
-                .or_default()
-                .buf
-                .extend_from_slice(&bytes[..n]);
             self.pool
                 .handle_written(self.now, conn, n)
                 .expect("reporting what was handed out");
             budget -= n;
-            if n < bytes.len() || budget == 0 {
+            if n < total || budget == 0 {
                 break;
             }
         }
@@ -425,6 +450,9 @@ impl Session {
         }
         let conn = self.conns[i as usize % self.conns.len()];
         let current = self.pool.current_conn(conn.node()) == Some(conn);
+        if current && self.handed.contains_key(&conn) {
+            return; // a report about a hand-out the adapter holds is the adapter's to make
+        }
         let now = self.now;
         let result = match kind % 5 {
             0 => self.pool.handle_closed(now, conn, Failure::Reset),
@@ -523,56 +551,18 @@ fn failure(kind: u8) -> Failure {
 impl Pool {
     /// Checks the pool's own accounting; `Err` names the first inconsistency.
     pub fn check_invariants(&self) -> Result<(), String> {
-        let (high, low) = (self.config.high_watermark, self.config.low_watermark);
         let mut total = 0;
-        for slot in &self.nodes {
-            let Some(n) = slot.node.as_ref() else {
-                continue;
-            };
-            let pending = n.outbound.pending();
-            if pending != n.outbound.recount() {
-                return Err(format!(
-                    "{:?}: pending {pending} != sum of frames {}",
-                    n.id,
-                    n.outbound.recount()
-                ));
-            }
-            total += pending;
-            if pending > high && n.outbound.is_writable() {
-                return Err(format!("{:?}: writable above the high watermark", n.id));
-            }
-            if pending < low && !n.outbound.is_writable() {
-                return Err(format!("{:?}: unwritable below the low watermark", n.id));
-            }
-            let held = self.requests.iter().filter(|(_, r)| r.node == n.id).count();
-            if held != n.requests {
-                return Err(format!(
-                    "{:?}: holds {} requests, counted {}",
-                    n.id, held, n.requests
-                ));
-            }
-            if n.conn.is_some()
-                != matches!(
-                    n.state,
-                    crate::NodeState::Connecting
-                        | crate::NodeState::Handshaking
-                        | crate::NodeState::Ready
-                        | crate::NodeState::Closing
-                )
-            {
-                return Err(format!(
-                    "{:?}: connection {:?} in state {:?}",
-                    n.id, n.conn, n.state
-                ));
-            }
+        for n in self.live_nodes() {
+            n.check_invariants(self.config(), self.requests())?;
+            total += n.outbound.pending();
         }
-        if total != self.total_pending {
+        if total != self.total_pending_bytes() {
             return Err(format!(
                 "total pending {} != sum over nodes {total}",
-                self.total_pending
+                self.total_pending_bytes()
             ));
         }
-        for (id, r) in self.requests.iter() {
+        for (id, r) in self.requests().iter() {
             if self.node(r.node).is_err() {
                 return Err(format!("{id:?} belongs to a removed node"));
             }

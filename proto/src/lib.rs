@@ -18,11 +18,11 @@ extern crate std;
 mod backoff;
 mod config;
 mod counters;
+mod display;
 mod event;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 mod ids;
-mod lifecycle;
 mod node;
 mod outbound;
 mod pool;
@@ -35,7 +35,6 @@ mod timers;
 #[cfg(test)]
 mod tests;
 
-pub use backoff::Backoff;
 pub use config::{
     AfterLastProbe, Config, ConfigError, Keepalive, MAX_DURATION, SelectionRule, SocketOptions,
 };
@@ -46,6 +45,5 @@ pub use event::{
 };
 pub use ids::{ConnId, NodeId, RequestId};
 pub use pool::{Pool, Target};
-pub use rng::{Rng, Unit};
 pub use select::Selection;
 pub use time::Instant;

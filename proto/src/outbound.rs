@@ -11,29 +11,38 @@ use bytes::Bytes;
 use crate::ids::RequestId;
 use crate::time::Instant;
 
-/// Pending outbound bytes. Every change goes through [`Pending::add`] and
-/// [`Pending::release`], which refuse to overflow or go below zero: a bookkeeping bug shows up
-/// as a failed debug assertion at the point it happens, not as a wrapped counter later.
+/// A count of pending outbound bytes (one connection's, or the pool's total). Every change
+/// goes through [`ByteCount::add`] and [`ByteCount::release`], which neither wrap nor
+/// saturate: a bookkeeping bug stops at the line that makes it (h2's flow control asserts the
+/// same way), so the fuzzer finds it instead of a wrong watermark decision later. Submits
+/// check [`ByteCount::fits`] first, so no input can make an `add` overflow.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Pending(u64);
+pub(crate) struct ByteCount(u64);
 
-impl Pending {
+impl ByteCount {
     pub(crate) fn get(self) -> u64 {
         self.0
     }
 
-    pub(crate) fn add(&mut self, cost: u64) {
-        debug_assert!(self.0.checked_add(cost).is_some(), "pending bytes overflow");
-        self.0 = self.0.saturating_add(cost);
+    /// Whether `cost` more can be counted.
+    pub(crate) fn fits(self, cost: u64) -> bool {
+        self.0.checked_add(cost).is_some()
     }
 
+    #[track_caller]
+    pub(crate) fn add(&mut self, cost: u64) {
+        self.0 = self
+            .0
+            .checked_add(cost)
+            .expect("pending bytes overflow: a submit skipped ByteCount::fits");
+    }
+
+    #[track_caller]
     pub(crate) fn release(&mut self, cost: u64) {
-        debug_assert!(
-            cost <= self.0,
-            "releasing {cost} of {} pending bytes",
-            self.0
-        );
-        self.0 = self.0.saturating_sub(cost);
+        self.0 = self
+            .0
+            .checked_sub(cost)
+            .expect("released more pending bytes than were counted");
     }
 }
 
@@ -52,7 +61,7 @@ pub(crate) struct Frame {
     /// ready, if later).
     pub(crate) enqueued_at: Instant,
     /// Handed to the adapter by `poll_transmit` and not yet reported written: the adapter may
-    /// be writing it, so it can no longer be dropped unsent.
+    /// be writing it, so it can no longer be dropped unsent until the report says otherwise.
     pub(crate) handed_out: bool,
     /// Dropped unsent: no byte will ever be written.
     pub(crate) dropped: bool,
@@ -80,7 +89,9 @@ pub(crate) struct Outbound {
     frames: VecDeque<Frame>,
     /// Sequence number of `frames[0]`.
     front_seq: u64,
-    pending: Pending,
+    pending: ByteCount,
+    /// Bytes handed out by the last [`Outbound::hand_out`], until it is reported.
+    handed: Option<usize>,
     writable: bool,
     /// Live (not dropped) frames in `frames`.
     live: usize,
@@ -91,7 +102,8 @@ impl Outbound {
         Self {
             frames: VecDeque::new(),
             front_seq: 0,
-            pending: Pending::default(),
+            pending: ByteCount::default(),
+            handed: None,
             writable: true,
             live: 0,
         }
@@ -134,18 +146,90 @@ impl Outbound {
         self.frames.front_mut()
     }
 
-    /// Removes the fully written front frame, releasing its bytes.
-    pub(crate) fn pop_written(&mut self, low: u64) -> (Option<Frame>, Option<Flip>) {
-        if self.front_live().is_none() {
-            return (None, None);
+    /// Whether a live frame waits that has not been handed out.
+    pub(crate) fn has_unhanded(&self) -> bool {
+        self.handed.is_none() && self.live > 0
+    }
+
+    /// Bytes handed out and not yet reported, if a hand-out is outstanding.
+    pub(crate) fn handed(&self) -> Option<usize> {
+        self.handed
+    }
+
+    /// Hands out the unwritten rest of the queued frames, oldest first: at least one, then
+    /// whole frames while the total stays within `max_bytes`. `each` sees every frame handed
+    /// out. Returns the bytes handed out.
+    pub(crate) fn hand_out(
+        &mut self,
+        max_bytes: usize,
+        out: &mut alloc::vec::Vec<Bytes>,
+        mut each: impl FnMut(RequestId),
+    ) -> usize {
+        debug_assert_eq!(self.handed, None, "one hand-out at a time");
+        let mut total = 0usize;
+        for frame in self.frames.iter_mut().filter(|f| !f.dropped) {
+            let rest = frame.bytes.len() - frame.written;
+            if total > 0 && total.saturating_add(rest) > max_bytes {
+                break;
+            }
+            out.push(frame.bytes.slice(frame.written..));
+            frame.handed_out = true;
+            each(frame.id);
+            total += rest;
         }
-        let frame = self.frames.pop_front();
-        self.front_seq += 1;
-        if let Some(f) = &frame {
-            debug_assert_eq!(f.written, f.bytes.len());
-            self.release(f.cost);
+        self.handed = Some(total);
+        total
+    }
+
+    /// Ends the hand-out after the kernel took `n` of its bytes. `settle(id, true)` sees each
+    /// frame completed (removed from the queue); `settle(id, false)` each frame handed out with
+    /// no byte written, back in the queue, and drops it unsent by returning `true`. Returns the
+    /// bytes released and any writability flip; `Err` if `n` exceeds what was handed out
+    /// (nothing changes).
+    pub(crate) fn report_written(
+        &mut self,
+        n: usize,
+        low: u64,
+        mut settle: impl FnMut(RequestId, bool) -> bool,
+    ) -> Result<(u64, Option<Flip>), ()> {
+        if n > self.handed.unwrap_or(0) {
+            return Err(());
         }
-        (frame, self.check_writable(low))
+        self.handed = None;
+        let mut left = n;
+        let mut released = 0;
+        while let Some(frame) = self.front_live().filter(|f| f.handed_out) {
+            let take = left.min(frame.bytes.len() - frame.written);
+            frame.written += take;
+            left -= take;
+            if frame.written < frame.bytes.len() {
+                break;
+            }
+            let Some(frame) = self.frames.pop_front() else {
+                break;
+            };
+            self.front_seq += 1;
+            released += frame.cost;
+            self.release(frame.cost);
+            settle(frame.id, true);
+        }
+        debug_assert_eq!(left, 0, "reported bytes beyond the frames handed out");
+        for frame in self
+            .frames
+            .iter_mut()
+            .filter(|f| f.handed_out && !f.dropped)
+        {
+            frame.handed_out = false;
+            if frame.written == 0 && settle(frame.id, false) {
+                frame.dropped = true;
+                frame.bytes = Bytes::new();
+                released += frame.cost;
+                self.pending.release(frame.cost);
+                self.live -= 1;
+            }
+        }
+        self.trim_back();
+        Ok((released, self.check_writable(low)))
     }
 
     /// Drops frame `seq` unsent, keeping a tombstone in its place; its bytes are freed now.
@@ -190,7 +274,8 @@ impl Outbound {
     /// Empties the queue without any writability event (a close releases everything).
     pub(crate) fn drain(&mut self) -> impl Iterator<Item = Frame> + '_ {
         self.front_seq += self.frames.len() as u64;
-        self.pending = Pending::default();
+        self.pending = ByteCount::default();
+        self.handed = None;
         self.writable = true;
         self.live = 0;
         self.frames.drain(..).filter(|f| !f.dropped)
@@ -248,5 +333,33 @@ impl Outbound {
             .filter(|f| !f.dropped)
             .map(|f| f.cost)
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_counts_neither_wrap_nor_saturate() {
+        let mut c = ByteCount::default();
+        c.add(10);
+        c.release(4);
+        assert_eq!(c.get(), 6);
+        assert!(c.fits(u64::MAX - 6));
+        assert!(!c.fits(u64::MAX - 5), "a submit checks this before adding");
+        let over = std::panic::catch_unwind(move || {
+            let mut c = c;
+            c.release(7);
+        });
+        assert!(
+            over.is_err(),
+            "releasing more than was counted stops at once"
+        );
+        let overflow = std::panic::catch_unwind(move || {
+            let mut c = ByteCount(u64::MAX);
+            c.add(1);
+        });
+        assert!(overflow.is_err(), "an overflow stops at once");
     }
 }

@@ -4,6 +4,7 @@
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 use core::net::SocketAddr;
+use core::time::Duration;
 
 use bytes::Bytes;
 
@@ -11,15 +12,16 @@ use crate::config::{Config, ConfigError};
 use crate::counters::Counters;
 use crate::event::{
     Action, CloseReason, Event, EvictReason, Failure, HandleError, NodeState, Outcome, Readmission,
-    Reason, SubmitError, Unavailable, Violation,
+    SubmitError, Unavailable, Violation,
 };
 use crate::ids::{ConnId, NodeId, RequestId};
-use crate::node::Node;
-use crate::requests::{Request, Requests, Stage};
+use crate::node::{Node, Sink};
+use crate::outbound::ByteCount;
+use crate::requests::Requests;
 use crate::rng::Rng;
 use crate::select::Selection;
 use crate::time::{Clock, Instant};
-use crate::timers::TimerHeap;
+use crate::timers::{NodeTimer, TimerHeap, TimerKey};
 
 /// Where a request should go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +42,8 @@ pub enum Target {
 ///
 /// # The run loop
 ///
+/// An adapter owns the sockets and does what the pool asks, in this order, after every input:
+///
 /// ```
 /// use bytes::Bytes;
 /// use core::time::Duration;
@@ -47,68 +51,74 @@ pub enum Target {
 ///
 /// let mut now = Instant::ZERO;
 /// let mut pool = Pool::new(Config::default(), now).unwrap();
-/// let node = pool.add_node(now, "127.0.0.1:9000".parse().unwrap());
-/// let req = pool.submit(now, Target::Best, now + Duration::from_secs(1), Bytes::from_static(b"ping")).unwrap();
+/// pool.add_node(now, "127.0.0.1:9000".parse().unwrap());
+/// let frame = Bytes::from_static(b"ping");
+/// let req = pool.submit(now, Target::Best, now + Duration::from_secs(1), frame).unwrap();
+/// let mut bufs = Vec::new();
 /// loop {
-///     // 1. Actions for the adapter: open, handshake, close.
+///     // 1. Actions: open a socket (report handle_connected / handle_connect_failed later),
+///     //    run a handshake, close a socket.
 ///     while let Some(action) = pool.poll_action() {
 ///         if let Action::Open { conn, .. } = action {
-///             pool.handle_connected(now, conn).unwrap(); // the adapter connected
+///             pool.handle_connected(now, conn).unwrap(); // here: connected at once
 ///         }
 ///     }
-///     // 2. Bytes to write: write them, report what the kernel accepted.
-///     let conn = pool.current_conn(node).unwrap();
-///     while let Some(bytes) = pool.poll_transmit(conn) {
-///         pool.handle_written(now, conn, bytes.len()).unwrap();
+///     // 2. Writes: only connections with bytes to send come out, each with its queued
+///     //    frames for one vectored write. Report exactly what the kernel took; a short
+///     //    write (0 if it would block) parks the connection until handle_writable.
+///     while let Some(conn) = pool.poll_transmit(64 * 1024, &mut bufs) {
+///         let taken: usize = bufs.iter().map(Bytes::len).sum(); // here: the kernel takes all
+///         pool.handle_written(now, conn, taken).unwrap();
+///         // ... later the socket is readable: each decoded response is reported.
 ///         pool.handle_response(now, conn, req, Bytes::from_static(b"pong")).unwrap();
+///         pool.handle_received(now, conn, false).unwrap(); // no partial response buffered
 ///     }
 ///     // 3. Events for the application: outcomes, state changes, writability.
 ///     while let Some(event) = pool.poll_event() {
-///         if let Event::RequestDone { outcome, .. } = event { println!("{outcome:?}"); return; }
+///         if let Event::RequestDone { outcome, .. } = event {
+///             println!("{outcome:?}");
+///             return;
+///         }
 ///     }
-///     // 4. Sleep until the next deadline (or the next I/O), then tell the pool the time.
+///     // 4. Sleep until the pool's deadline or the next I/O, then say what time it is.
 ///     now = pool.poll_timeout().unwrap_or(now + Duration::from_millis(10));
 ///     pool.handle_timeout(now);
 /// }
 /// ```
 ///
-/// Outputs sit in three queues, each in the order it was produced: drain
+/// Outputs sit in queues, each in the order it was produced: drain
 /// [`poll_action`](Self::poll_action) first (so a connection exists before its bytes), then
-/// [`poll_transmit`](Self::poll_transmit) for each ready connection, then
-/// [`poll_event`](Self::poll_event); last, ask [`poll_timeout`](Self::poll_timeout) when to call
-/// [`handle_timeout`](Self::handle_timeout) (which is safe to call early or twice).
+/// [`poll_transmit`](Self::poll_transmit), then [`poll_event`](Self::poll_event); last, ask
+/// [`poll_timeout`](Self::poll_timeout) when to call [`handle_timeout`](Self::handle_timeout)
+/// (which is safe to call early or twice). `poll_timeout` is the only clock an adapter waits
+/// on: setup, write, frame and idle timeouts, backoffs, probes and request deadlines are all
+/// in it, and every one of them fires for an adapter that does nothing but sleep until it.
 ///
 /// Within one input, the requests a close ends are reported before the node's state change.
 #[derive(Debug)]
 pub struct Pool {
-    pub(crate) config: Config,
-    pub(crate) clock: Clock,
-    pub(crate) rng: Rng,
-    pub(crate) nodes: Vec<NodeSlot>,
+    config: Config,
+    clock: Clock,
+    rng: Rng,
+    nodes: Vec<NodeSlot>,
     free_nodes: Vec<u32>,
-    pub(crate) requests: Requests,
-    pub(crate) timers: TimerHeap,
-    pub(crate) actions: VecDeque<Action>,
-    pub(crate) events: VecDeque<Event>,
-    pub(crate) counters: Counters,
+    requests: Requests,
+    timers: TimerHeap,
+    actions: VecDeque<Action>,
+    events: VecDeque<Event>,
+    /// Connections with bytes to hand out, oldest first (entries for connections that closed
+    /// meanwhile are skipped).
+    transmit: VecDeque<ConnId>,
+    counters: Counters,
     /// Pending outbound bytes across all nodes (for the memory budget).
-    pub(crate) total_pending: u64,
-    pub(crate) shut_down: bool,
-}
-
-/// The live node `id` in `nodes`: a borrow of the node table alone, so the caller can hold it
-/// alongside other fields of the pool.
-pub(crate) fn node_in(nodes: &mut [NodeSlot], id: NodeId) -> Option<&mut Node> {
-    nodes
-        .get_mut(id.index())
-        .and_then(|s| s.node.as_mut())
-        .filter(|n| n.id == id)
+    total_pending: ByteCount,
+    shut_down: bool,
 }
 
 #[derive(Debug)]
-pub(crate) struct NodeSlot {
+struct NodeSlot {
     generation: u32,
-    pub(crate) node: Option<Node>,
+    node: Option<Node>,
 }
 
 impl Pool {
@@ -125,8 +135,9 @@ impl Pool {
             timers: TimerHeap::default(),
             actions: VecDeque::new(),
             events: VecDeque::new(),
+            transmit: VecDeque::new(),
             counters: Counters::default(),
-            total_pending: 0,
+            total_pending: ByteCount::default(),
             shut_down: false,
         })
     }
@@ -171,14 +182,13 @@ impl Pool {
     /// Removes a node: its connection is closed, every request on it ends with
     /// [`CloseReason::NodeRemoved`], and its handle becomes stale.
     pub fn remove_node(&mut self, now: Instant, node: NodeId) -> Result<(), HandleError> {
-        let now = self.clock.advance(now);
-        self.node(node)?;
-        self.close(node, now, CloseReason::NodeRemoved, true);
+        self.command(now, node, |n, sink| {
+            n.close(sink, CloseReason::NodeRemoved, true);
+        })?;
         let slot = &mut self.nodes[node.index()];
         slot.node = None;
         slot.generation = slot.generation.wrapping_add(1);
         self.free_nodes.push(node.index);
-        self.finish();
         Ok(())
     }
 
@@ -186,57 +196,37 @@ impl Pool {
     /// refused. Its connection stays cached and its requests go on; if it is enabled again,
     /// that cached connection is evicted.
     pub fn disable_node(&mut self, now: Instant, node: NodeId) -> Result<(), HandleError> {
-        self.clock.advance(now);
-        self.node_mut(node)?.enabled = false;
-        Ok(())
+        self.command(now, node, |n, _| n.disable())
     }
 
     /// Puts a node back in the enabled set. If it had left it, every cached connection to it is
     /// evicted (flagged, then closed; queued requests move once to a fresh connection) and a
     /// quarantine is lifted. Enabling a node that never left does nothing.
     pub fn enable_node(&mut self, now: Instant, node: NodeId) -> Result<(), HandleError> {
-        let now = self.clock.advance(now);
-        let n = self.node_mut(node)?;
-        if n.enabled {
-            return Ok(());
-        }
-        n.enabled = true;
-        self.readmit(node, now, Readmission::Application);
-        self.evict_conn(node, now, EvictReason::Readmitted);
-        self.finish();
-        Ok(())
+        self.command(now, node, |n, sink| {
+            if n.enable() {
+                n.readmit(sink, Readmission::Application);
+                n.evict(sink, EvictReason::Readmitted);
+            }
+        })
     }
 
     /// Records the node's restart epoch (e.g. a server start time or incarnation number). A
     /// changed epoch means the server is a new process: its cached connection is evicted, a
     /// quarantine is lifted and its backoff starts afresh. The same epoch again does nothing.
     pub fn set_epoch(&mut self, now: Instant, node: NodeId, epoch: u64) -> Result<(), HandleError> {
-        let now = self.clock.advance(now);
-        let n = self.node_mut(node)?;
-        if n.epoch == epoch {
-            return Ok(());
-        }
-        n.epoch = epoch;
-        n.setup_failures = 0;
-        n.disconnects = 0;
-        n.failed_attempts = 0;
-        if let NodeState::Disconnected { reconnect_at } = &mut n.state {
-            *reconnect_at = (*reconnect_at).min(now);
-        }
-        self.readmit(node, now, Readmission::Application);
-        self.evict_conn(node, now, EvictReason::EpochChanged);
-        self.finish();
-        Ok(())
+        self.command(now, node, |n, sink| {
+            if n.set_epoch(sink, epoch) {
+                n.readmit(sink, Readmission::Application);
+                n.evict(sink, EvictReason::EpochChanged);
+            }
+        })
     }
 
     /// Evicts the node's cached connection now (flagged, then closed; queued requests move once
     /// to a fresh connection).
     pub fn evict(&mut self, now: Instant, node: NodeId) -> Result<(), HandleError> {
-        let now = self.clock.advance(now);
-        self.node(node)?;
-        self.evict_conn(node, now, EvictReason::Requested);
-        self.finish();
-        Ok(())
+        self.command(now, node, |n, sink| n.evict(sink, EvictReason::Requested))
     }
 
     /// The server asked for backpressure: the node is not selected and refuses new requests
@@ -247,24 +237,17 @@ impl Pool {
         node: NodeId,
         until: Instant,
     ) -> Result<(), HandleError> {
-        self.clock.advance(now);
-        let n = self.node_mut(node)?;
-        n.throttled_until = n.throttled_until.max(until);
-        Ok(())
+        self.command(now, node, |n, _| n.throttle(until))
     }
 
     /// Opens a connection to the node now, or as soon as its reconnect backoff allows, without
     /// waiting for a request. Refused for a quarantined node (the failure detector probes it)
     /// and after shutdown.
     pub fn connect(&mut self, now: Instant, node: NodeId) -> Result<(), HandleError> {
-        let now = self.clock.advance(now);
-        let n = self.node(node)?;
-        if n.quarantine.is_some() || self.shut_down {
+        if self.shut_down || self.node(node)?.is_quarantined() {
             return Err(HandleError::WrongState);
         }
-        self.demand_connection(node, now);
-        self.finish();
-        Ok(())
+        self.command(now, node, Node::demand_connection)
     }
 
     /// Picks the node the next request should go to (KIP-601): from a random offset, a ready,
@@ -296,38 +279,33 @@ impl Pool {
         frame: Bytes,
     ) -> Result<RequestId, SubmitError> {
         let now = self.clock.advance(now);
-        let result = self.enqueue(now, target, deadline, frame);
-        self.finish();
-        result
+        let (node, cost) = self.admit(now, target, deadline, frame.len())?;
+        let id = self
+            .command(now, node, |n, sink| n.enqueue(sink, deadline, frame, cost))
+            .map_err(|_| SubmitError::StaleHandle)?;
+        Ok(id)
     }
 
     /// Cancels a request. A queued one is dropped unsent; one already (partly) written ends
     /// now, and its late response is ignored. Ends with [`Outcome::Cancelled`].
     pub fn cancel(&mut self, now: Instant, id: RequestId) -> Result<(), HandleError> {
-        let now = self.clock.advance(now);
-        let request = self
+        let node = self
             .requests
             .get(id)
             .filter(|r| !r.ended)
-            .ok_or(HandleError::UnknownRequest)?;
-        let node = request.node;
-        self.abandon(id, now, Outcome::Cancelled);
-        self.after_request_change(node, now);
-        self.finish();
-        Ok(())
+            .ok_or(HandleError::UnknownRequest)?
+            .node;
+        self.command(now, node, |n, sink| {
+            n.abandon(sink, id, Outcome::Cancelled);
+        })
     }
 
     /// Closes every connection at once, ends every request with [`CloseReason::Shutdown`] and
     /// refuses all further submits. Every node ends `Closed`. May follow
     /// [`shutdown_gracefully`](Self::shutdown_gracefully) to cut a drain short.
     pub fn shutdown(&mut self, now: Instant) {
-        let now = self.clock.advance(now);
         self.shut_down = true;
-        let ids: Vec<NodeId> = self.nodes().collect();
-        for node in ids {
-            self.close(node, now, CloseReason::Shutdown, true);
-        }
-        self.finish();
+        self.every_node(now, |n, sink| n.close(sink, CloseReason::Shutdown, true));
     }
 
     /// Refuses all further submits and lets every ready connection drain: it enters `Closing`,
@@ -335,18 +313,8 @@ impl Pool {
     /// once it holds none. A node without a ready connection closes at once, ending whatever it
     /// had queued with [`CloseReason::Shutdown`]. Every node ends `Closed`.
     pub fn shutdown_gracefully(&mut self, now: Instant) {
-        let now = self.clock.advance(now);
         self.shut_down = true;
-        let ids: Vec<NodeId> = self.nodes().collect();
-        for node in ids {
-            let Ok(n) = self.node_mut(node) else { continue };
-            if n.is_ready() && n.requests > 0 {
-                self.set_state(node, now, NodeState::Closing, Reason::Draining);
-            } else if n.state != NodeState::Closing {
-                self.close(node, now, CloseReason::Shutdown, true);
-            }
-        }
-        self.finish();
+        self.every_node(now, Node::shut_down_gracefully);
     }
 
     // ---------------------------------------------------------------------------------------
@@ -359,8 +327,8 @@ impl Pool {
             now,
             conn,
             |s| s == NodeState::Connecting,
-            |pool, node, now| {
-                pool.connected(node, now);
+            |n, sink| {
+                n.connected(sink);
                 Ok(())
             },
         )
@@ -377,8 +345,8 @@ impl Pool {
             now,
             conn,
             |s| s == NodeState::Connecting,
-            |pool, node, now| {
-                pool.close(node, now, CloseReason::ConnectFailed(failure), false);
+            |n, sink| {
+                n.close(sink, CloseReason::ConnectFailed(failure), false);
                 Ok(())
             },
         )
@@ -390,8 +358,8 @@ impl Pool {
             now,
             conn,
             |s| s == NodeState::Handshaking,
-            |pool, node, now| {
-                pool.ready(node, now, Reason::HandshakeDone);
+            |n, sink| {
+                n.handshake_done(sink);
                 Ok(())
             },
         )
@@ -414,23 +382,35 @@ impl Pool {
             now,
             conn,
             |s| s == NodeState::Handshaking,
-            |pool, node, now| {
-                pool.close(node, now, reason, true);
+            |n, sink| {
+                n.close(sink, reason, true);
                 Ok(())
             },
         )
     }
 
     /// The kernel accepted `n` bytes of what [`poll_transmit`](Self::poll_transmit) last
-    /// handed out for `conn` (0 if the write would block). More than was handed out is refused.
+    /// handed out for `conn`; `n` may span several frames. Exactly one report follows each
+    /// hand-out. Fewer bytes than were handed out (0 when the write would block) leave the
+    /// connection *blocked*: it is not handed out again until
+    /// [`handle_writable`](Self::handle_writable). More than was handed out is refused.
     pub fn handle_written(
         &mut self,
         now: Instant,
         conn: ConnId,
         n: usize,
     ) -> Result<(), HandleError> {
-        self.report(now, conn, NodeState::is_established, |pool, node, now| {
-            pool.written(node, conn, now, n)
+        self.report(now, conn, NodeState::is_established, |node, sink| {
+            node.written(sink, conn, n)
+        })
+    }
+
+    /// The socket of `conn` can take bytes again after a short write: its queued frames are
+    /// handed out again by [`poll_transmit`](Self::poll_transmit).
+    pub fn handle_writable(&mut self, now: Instant, conn: ConnId) -> Result<(), HandleError> {
+        self.report(now, conn, NodeState::is_established, |n, sink| {
+            n.writable(sink);
+            Ok(())
         })
     }
 
@@ -445,8 +425,24 @@ impl Pool {
         id: RequestId,
         payload: Bytes,
     ) -> Result<(), HandleError> {
-        self.report(now, conn, NodeState::is_established, |pool, node, now| {
-            pool.response(node, conn, now, id, payload)
+        self.report(now, conn, NodeState::is_established, |n, sink| {
+            n.response(sink, conn, id, payload)
+        })
+    }
+
+    /// The adapter read from `conn` and handed every complete response to
+    /// [`handle_response`](Self::handle_response); `partial` says whether the start of
+    /// another one is still buffered. A response that keeps arriving for longer than
+    /// [`Config::frame_timeout`] closes the connection with [`Violation::TooSlow`].
+    pub fn handle_received(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        partial: bool,
+    ) -> Result<(), HandleError> {
+        self.report(now, conn, NodeState::is_established, |n, sink| {
+            n.received(sink, partial);
+            Ok(())
         })
     }
 
@@ -462,13 +458,13 @@ impl Pool {
             now,
             conn,
             |_| true,
-            |pool, node, now| {
-                let reason = if pool.node(node)?.state == NodeState::Connecting {
+            |n, sink| {
+                let reason = if n.state() == NodeState::Connecting {
                     CloseReason::ConnectFailed(failure)
                 } else {
                     CloseReason::Io(failure)
                 };
-                pool.close(node, now, reason, false);
+                n.close(sink, reason, false);
                 Ok(())
             },
         )
@@ -486,9 +482,9 @@ impl Pool {
             now,
             conn,
             |_| true,
-            |pool, node, now| {
-                pool.counters.protocol_violations += 1;
-                pool.close(node, now, CloseReason::Protocol(violation), true);
+            |n, sink| {
+                sink.counters.protocol_violations += 1;
+                n.close(sink, CloseReason::Protocol(violation), true);
                 Ok(())
             },
         )
@@ -497,7 +493,26 @@ impl Pool {
     /// Fires every timer due at `now`. Safe to call early (nothing happens) or twice.
     pub fn handle_timeout(&mut self, now: Instant) {
         let now = self.clock.advance(now);
-        self.fire_timers(now);
+        while let Some((at, key)) = self.timers.peek() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            if !self.timer_valid(at, key) {
+                continue;
+            }
+            let node = match key {
+                TimerKey::Node(node, _) => node,
+                TimerKey::Request(id) => match self.requests.get(id) {
+                    Some(r) => r.node,
+                    None => continue,
+                },
+            };
+            let _ = self.with_node(now, node, |n, sink| match key {
+                TimerKey::Node(_, timer) => n.on_timer(sink, timer),
+                TimerKey::Request(id) => n.request_deadline(sink, id),
+            });
+        }
         self.finish();
     }
 
@@ -505,28 +520,44 @@ impl Pool {
     // Outputs.
 
     /// The next action for the adapter.
+    #[must_use]
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
     }
 
-    /// The next bytes to write on `conn`: the unwritten rest of its oldest frame. `None` when
-    /// there is nothing to write or `conn` is not a ready, current connection.
+    /// The next connection with bytes to write, oldest first, with `out` (cleared first)
+    /// filled with the unwritten rest of its queued frames in order: at least one frame, then
+    /// further whole frames while the total stays within `max_bytes`, ready for one vectored
+    /// write. `None` when no connection has anything to write: an adapter never visits an
+    /// idle connection.
     ///
-    /// Write them (without blocking) and report how many the kernel accepted with
-    /// [`handle_written`](Self::handle_written) before polling `conn` again; until then the
-    /// same bytes are returned again. Bytes handed out can no longer be dropped unsent.
-    pub fn poll_transmit(&mut self, conn: ConnId) -> Option<Bytes> {
-        let node = self.current(conn, NodeState::is_established).ok()?;
-        self.transmit(node)
+    /// Report what the kernel accepted with one [`handle_written`](Self::handle_written) for
+    /// `conn` before it is handed out again; bytes handed out can no longer be dropped unsent
+    /// until that report says none of a frame went out.
+    #[must_use]
+    pub fn poll_transmit(&mut self, max_bytes: usize, out: &mut Vec<Bytes>) -> Option<ConnId> {
+        out.clear();
+        while let Some(conn) = self.transmit.pop_front() {
+            let now = self.clock.advance(Instant::ZERO);
+            let handed = self.with_node(now, conn.node, |n, sink| {
+                n.hand_out(sink, conn, max_bytes, out)
+            });
+            if handed == Ok(true) {
+                return Some(conn);
+            }
+        }
+        None
     }
 
     /// The next event for the application.
+    #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must next be called; `None` when nothing
     /// is scheduled. Pure: calling it changes nothing.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.timers.peek().map(|(at, _)| at)
     }
@@ -536,22 +567,20 @@ impl Pool {
 
     /// Every node's handle, in slot order.
     pub fn nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.nodes
-            .iter()
-            .filter_map(|s| s.node.as_ref().map(|n| n.id))
+        self.live_nodes().map(Node::id)
     }
 
     /// The node's connection state.
     pub fn node_state(&self, node: NodeId) -> Option<NodeState> {
-        self.node(node).ok().map(|n| n.state)
+        self.node(node).ok().map(Node::state)
     }
 
     /// The node's address.
     pub fn node_addr(&self, node: NodeId) -> Option<SocketAddr> {
-        self.node(node).ok().map(|n| n.addr)
+        self.node(node).ok().map(Node::addr)
     }
 
-    /// The node's current connection, from `Connecting` to `Ready`.
+    /// The node's current connection, from `Connecting` to `Closing`.
     pub fn current_conn(&self, node: NodeId) -> Option<ConnId> {
         self.node(node).ok().and_then(Node::conn_id)
     }
@@ -569,17 +598,17 @@ impl Pool {
     /// Requests the node holds: queued, being written, awaiting a response, or timed out in
     /// flight and still awaited.
     pub fn in_flight(&self, node: NodeId) -> Option<usize> {
-        self.node(node).ok().map(|n| n.requests)
+        self.node(node).ok().map(Node::requests)
     }
 
     /// Whether the failure detector has the node quarantined.
     pub fn is_quarantined(&self, node: NodeId) -> Option<bool> {
-        self.node(node).ok().map(|n| n.quarantine.is_some())
+        self.node(node).ok().map(Node::is_quarantined)
     }
 
     /// Pending outbound bytes across all nodes.
     pub fn total_pending_bytes(&self) -> u64 {
-        self.total_pending
+        self.total_pending.get()
     }
 
     /// A snapshot of the counters.
@@ -588,34 +617,93 @@ impl Pool {
     }
 
     // ---------------------------------------------------------------------------------------
-    // Internals shared by the lifecycle modules.
+    // Routing to node machines.
 
     pub(crate) fn node(&self, id: NodeId) -> Result<&Node, HandleError> {
         self.nodes
             .get(id.index())
             .and_then(|s| s.node.as_ref())
-            .filter(|n| n.id == id)
+            .filter(|n| n.id() == id)
             .ok_or(HandleError::StaleNode)
     }
 
-    pub(crate) fn node_mut(&mut self, id: NodeId) -> Result<&mut Node, HandleError> {
-        node_in(&mut self.nodes, id).ok_or(HandleError::StaleNode)
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn requests(&self) -> &Requests {
+        &self.requests
     }
 
-    /// The node of `conn` if `conn` is its current connection and its state passes `state_ok`.
-    fn current(
-        &self,
-        conn: ConnId,
-        state_ok: impl Fn(NodeState) -> bool,
-    ) -> Result<NodeId, HandleError> {
-        let node = self.node(conn.node).map_err(|_| HandleError::StaleConn)?;
-        if !node.is_current(conn) {
-            return Err(HandleError::StaleConn);
+    /// Slots in the node table (live or free), for selection's offset.
+    pub(crate) fn node_slots(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The live node in slot `index`.
+    pub(crate) fn node_at(&self, index: usize) -> Option<&Node> {
+        self.nodes.get(index).and_then(|s| s.node.as_ref())
+    }
+
+    /// A uniform draw in `0..n` from the pool's seeded PRNG.
+    pub(crate) fn draw_below(&mut self, n: usize) -> usize {
+        self.rng.below(n)
+    }
+
+    pub(crate) fn live_nodes(&self) -> impl Iterator<Item = &Node> + '_ {
+        self.nodes.iter().filter_map(|s| s.node.as_ref())
+    }
+
+    /// Runs `f` on the node's machine with a sink borrowed from the pool. The one place a node
+    /// is looked up by its handle for a change.
+    fn with_node<R>(
+        &mut self,
+        now: Instant,
+        id: NodeId,
+        f: impl FnOnce(&mut Node, &mut Sink<'_>) -> R,
+    ) -> Result<R, HandleError> {
+        let node = self
+            .nodes
+            .get_mut(id.index())
+            .and_then(|s| s.node.as_mut())
+            .filter(|n| n.id() == id)
+            .ok_or(HandleError::StaleNode)?;
+        let mut sink = Sink {
+            now,
+            config: &self.config,
+            shut_down: self.shut_down,
+            rng: &mut self.rng,
+            timers: &mut self.timers,
+            actions: &mut self.actions,
+            events: &mut self.events,
+            transmit: &mut self.transmit,
+            requests: &mut self.requests,
+            counters: &mut self.counters,
+            total_pending: &mut self.total_pending,
+        };
+        Ok(f(node, &mut sink))
+    }
+
+    /// An application command on one node: clamps `now`, runs it, tidies the timers.
+    fn command<R>(
+        &mut self,
+        now: Instant,
+        node: NodeId,
+        f: impl FnOnce(&mut Node, &mut Sink<'_>) -> R,
+    ) -> Result<R, HandleError> {
+        let now = self.clock.advance(now);
+        let result = self.with_node(now, node, f);
+        self.finish();
+        result
+    }
+
+    /// Runs `f` on every node's machine (in slot order).
+    fn every_node(&mut self, now: Instant, mut f: impl FnMut(&mut Node, &mut Sink<'_>)) {
+        let now = self.clock.advance(now);
+        for index in 0..self.nodes.len() {
+            let Some(id) = self.nodes[index].node.as_ref().map(Node::id) else {
+                continue;
+            };
+            let _ = self.with_node(now, id, &mut f);
         }
-        if !state_ok(node.state) {
-            return Err(HandleError::WrongState);
-        }
-        Ok(node.id)
+        self.finish();
     }
 
     /// Every adapter report: clamps `now`, checks that `conn` is current and in a state
@@ -625,22 +713,27 @@ impl Pool {
         now: Instant,
         conn: ConnId,
         state_ok: impl Fn(NodeState) -> bool,
-        apply: impl FnOnce(&mut Self, NodeId, Instant) -> Result<(), HandleError>,
+        apply: impl FnOnce(&mut Node, &mut Sink<'_>) -> Result<(), HandleError>,
     ) -> Result<(), HandleError> {
-        let now = self.clock.advance(now);
-        let node = self.current(conn, state_ok)?;
-        let result = apply(self, node, now);
-        self.finish();
-        result
+        let node = self.node(conn.node).map_err(|_| HandleError::StaleConn)?;
+        if !node.is_current(conn) {
+            return Err(HandleError::StaleConn);
+        }
+        if !state_ok(node.state()) {
+            return Err(HandleError::WrongState);
+        }
+        self.command(now, conn.node, apply)?
     }
 
-    fn enqueue(
+    /// Checks a submit against the pool's rules and picks its node: the node and the frame's
+    /// cost in pending bytes, or why it is refused.
+    fn admit(
         &mut self,
         now: Instant,
         target: Target,
         deadline: Instant,
-        frame: Bytes,
-    ) -> Result<RequestId, SubmitError> {
+        len: usize,
+    ) -> Result<(NodeId, u64), SubmitError> {
         if self.shut_down {
             return Err(SubmitError::NodeUnavailable(Unavailable::Shutdown));
         }
@@ -650,14 +743,15 @@ impl Pool {
         let node = match target {
             Target::Node(id) => {
                 let n = self.node(id).map_err(|_| SubmitError::StaleHandle)?;
-                if !n.enabled {
+                let a = n.admission;
+                if !a.enabled {
                     return Err(SubmitError::NodeUnavailable(Unavailable::Disabled));
                 }
-                if n.quarantine.is_some() {
+                if a.quarantine.is_some() {
                     return Err(SubmitError::NodeUnavailable(Unavailable::Quarantined));
                 }
-                if now < n.throttled_until {
-                    let until = n.throttled_until;
+                if now < a.throttled_until {
+                    let until = a.throttled_until;
                     return Err(SubmitError::NodeUnavailable(Unavailable::Throttled {
                         until,
                     }));
@@ -669,93 +763,70 @@ impl Pool {
                 Selection::None { all_full } => return Err(SubmitError::NoNode { all_full }),
             },
         };
-        let cost = (frame.len() as u64).saturating_add(self.config.per_frame_overhead);
         let n = self.node(node).map_err(|_| SubmitError::StaleHandle)?;
         if !n.outbound.is_writable() {
             self.counters.unwritable_rejections += 1;
             return Err(SubmitError::NotWritable);
         }
-        if n.requests >= self.config.max_in_flight as usize {
+        if n.requests() >= self.config.max_in_flight as usize {
             self.counters.in_flight_rejections += 1;
             return Err(SubmitError::InFlightLimit);
         }
-        if self.over_budget(node, cost) {
-            self.counters.memory_budget_rejections += 1;
-            return Err(SubmitError::MemoryBudget);
+        let cost = (len as u64).checked_add(self.config.per_frame_overhead);
+        match cost {
+            Some(cost) if self.total_pending.fits(cost) && !self.over_budget(n, cost) => {
+                Ok((node, cost))
+            }
+            _ => {
+                self.counters.memory_budget_rejections += 1;
+                Err(SubmitError::MemoryBudget)
+            }
         }
-        Ok(self.accept(node, now, deadline, frame, cost))
     }
 
     /// The global memory budget: once queuing `cost` more would exceed it, a connection may
     /// only grow while it holds less than its fair share (the budget split over the nodes that
     /// hold pending bytes), so the ones holding the most are refused first and nothing is
     /// closed to free memory.
-    fn over_budget(&self, node: NodeId, cost: u64) -> bool {
+    fn over_budget(&self, node: &Node, cost: u64) -> bool {
         let Some(budget) = self.config.memory_budget else {
             return false;
         };
-        if self.total_pending.saturating_add(cost) <= budget {
+        if self.total_pending.get().saturating_add(cost) <= budget {
             return false;
         }
-        let Ok(n) = self.node(node) else { return true };
         let holders = self
-            .nodes
-            .iter()
-            .filter_map(|s| s.node.as_ref())
-            .filter(|m| m.outbound.pending() > 0 || m.id == node)
+            .live_nodes()
+            .filter(|m| m.outbound.pending() > 0 || m.id() == node.id())
             .count() as u64;
         let share = budget / holders.max(1);
-        n.outbound.pending().saturating_add(cost) > share
+        node.outbound.pending().saturating_add(cost) > share
     }
 
-    fn accept(
-        &mut self,
-        node: NodeId,
-        now: Instant,
-        deadline: Instant,
-        frame: Bytes,
-        cost: u64,
-    ) -> RequestId {
-        let id = self.requests.next_id();
-        let high = self.config.high_watermark;
-        let n = self.node_mut(node).expect("checked by the caller");
-        let (seq, flip) = n.outbound.push(
-            crate::outbound::Frame {
-                id,
-                bytes: frame,
-                written: 0,
-                cost,
-                enqueued_at: now,
-                handed_out: false,
-                dropped: false,
-            },
-            high,
-        );
-        n.requests += 1;
-        let pending = n.outbound.pending();
-        let inserted = self.requests.insert(Request {
-            node,
-            deadline,
-            stage: Stage::Queued { seq },
-            retried: false,
-            ended: false,
-        });
-        debug_assert_eq!(inserted, id);
-        self.total_pending += cost;
-        self.counters.submitted += 1;
-        self.timers.push(
-            deadline.expiry_after(core::time::Duration::ZERO),
-            crate::timers::TimerKey::Request(id),
-        );
-        if flip.is_some() {
-            self.events.push_back(Event::Writability {
-                node,
-                writable: false,
-                pending,
-            });
+    fn timer_valid(&self, at: Instant, key: TimerKey) -> bool {
+        match key {
+            TimerKey::Node(node, timer) => self.node(node).is_ok_and(|n| n.timer_armed(timer, at)),
+            TimerKey::Request(id) => self
+                .requests
+                .get(id)
+                .is_some_and(|r| !r.ended && r.deadline.expiry_after(Duration::ZERO) == at),
         }
-        self.after_request_change(node, now);
-        self.demand_connection(node, now);
-        id
+    }
+
+    /// Ends every public call: discards stale timer entries off the top of the heap, so
+    /// [`Pool::poll_timeout`] is exact, and compacts the heap when stale entries pile up.
+    fn finish(&mut self) {
+        while let Some((at, key)) = self.timers.peek() {
+            if self.timer_valid(at, key) {
+                break;
+            }
+            self.timers.pop();
+        }
+        let live = self.requests.len() + NodeTimer::ALL.len() * self.nodes.len();
+        if self.timers.len() > 4 * live + 64 {
+            let mut heap = core::mem::take(&mut self.timers);
+            heap.retain(|at, key| self.timer_valid(at, key));
+            self.timers = heap;
+        }
     }
 }

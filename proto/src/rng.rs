@@ -6,18 +6,18 @@
 ///
 /// Not cryptographic; it spreads jitter and selection offsets, nothing more.
 #[derive(Clone, Debug)]
-pub struct Rng {
+pub(crate) struct Rng {
     state: u64,
 }
 
 impl Rng {
     /// A generator whose whole output is fixed by `seed`.
-    pub const fn new(seed: u64) -> Self {
+    pub(crate) const fn new(seed: u64) -> Self {
         Self { state: seed }
     }
 
     /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.state;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -26,12 +26,12 @@ impl Rng {
     }
 
     /// A uniform draw in `[0, 1)`.
-    pub fn next_unit(&mut self) -> Unit {
+    pub(crate) fn next_unit(&mut self) -> Unit {
         Unit::from_bits(self.next_u64())
     }
 
     /// A uniform index in `0..n` (`n` must be non-zero; returns 0 for `n == 0`).
-    pub fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         if n == 0 {
             return 0;
         }
@@ -45,23 +45,25 @@ impl Rng {
 ///
 /// Tests inject [`Unit::ZERO`] and [`Unit::MAX`] to pin jitter at its extremes.
 #[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
-pub struct Unit(f64);
+pub(crate) struct Unit(f64);
 
 impl Unit {
     /// The smallest draw: `0.0`.
-    pub const ZERO: Self = Self(0.0);
+    pub(crate) const ZERO: Self = Self(0.0);
     /// The middle draw: `0.5` (no jitter for a symmetric range).
-    pub const HALF: Self = Self(0.5);
+    #[cfg(test)]
+    pub(crate) const HALF: Self = Self(0.5);
     /// The largest draw: the greatest `f64` below `1.0`.
-    pub const MAX: Self = Self(1.0 - f64::EPSILON / 2.0);
+    #[cfg(test)]
+    pub(crate) const MAX: Self = Self(1.0 - f64::EPSILON / 2.0);
 
     /// Maps 64 random bits onto `[0, 1)` using the top 53.
-    pub fn from_bits(bits: u64) -> Self {
+    pub(crate) fn from_bits(bits: u64) -> Self {
         Self((bits >> 11) as f64 * (1.0 / (1u64 << 53) as f64))
     }
 
     /// The value in `[0, 1)`.
-    pub fn get(self) -> f64 {
+    pub(crate) fn get(self) -> f64 {
         self.0
     }
 }

@@ -27,45 +27,46 @@ pub enum Selection {
 
 impl Pool {
     pub(crate) fn pick(&mut self, now: Instant) -> Selection {
-        let count = self.nodes.len();
+        let count = self.node_slots();
         if count == 0 {
             return Selection::None { all_full: false };
         }
-        let offset = self.rng.below(count);
-        let max_in_flight = self.config.max_in_flight as usize;
-        let rule = self.config.selection;
+        let offset = self.draw_below(count);
+        let max_in_flight = self.config().max_in_flight as usize;
+        let rule = self.config().selection;
         let mut ready: Option<(usize, NodeId)> = None;
         let mut connecting: Option<NodeId> = None;
         let mut disconnected: Option<(u32, Option<Instant>, NodeId)> = None;
         let (mut ready_seen, mut ready_full) = (0, 0);
-        let candidates = (0..count).filter_map(|i| self.nodes[(offset + i) % count].node.as_ref());
+        let candidates = (0..count).filter_map(|i| self.node_at((offset + i) % count));
         for node in candidates.filter(|n| n.admitted(now)) {
-            match node.state {
+            let load = node.requests();
+            match node.state() {
                 NodeState::Ready => {
                     ready_seen += 1;
                     if !node.outbound.is_writable() {
                         continue;
                     }
-                    if node.requests >= max_in_flight {
+                    if load >= max_in_flight {
                         ready_full += 1;
                         continue;
                     }
-                    if node.requests == 0 {
-                        return Selection::Ready(node.id);
+                    if load == 0 {
+                        return Selection::Ready(node.id());
                     }
-                    if ready.is_none_or(|(load, _)| node.requests < load) {
-                        ready = Some((node.requests, node.id));
+                    if ready.is_none_or(|(best, _)| load < best) {
+                        ready = Some((load, node.id()));
                     }
                 }
                 NodeState::Connecting | NodeState::Handshaking => {
-                    connecting.get_or_insert(node.id);
+                    connecting.get_or_insert(node.id());
                 }
                 _ => {
                     let Some(key) = reconnect_rank(node, now, rule) else {
                         continue;
                     };
                     if disconnected.is_none_or(|(a, t, _)| key < (a, t)) {
-                        disconnected = Some((key.0, key.1, node.id));
+                        disconnected = Some((key.0, key.1, node.id()));
                     }
                 }
             }
@@ -96,8 +97,9 @@ fn reconnect_rank(
     if now < reconnect_at {
         return None;
     }
+    let (failed, last) = node.attempts();
     Some(match rule {
-        SelectionRule::LeastRecentlyAttempted => (0, node.last_attempt),
-        _ => (node.failed_attempts, node.last_attempt),
+        SelectionRule::LeastRecentlyAttempted => (0, last),
+        _ => (failed, last),
     })
 }

@@ -14,28 +14,47 @@ use core::cmp::Reverse;
 use crate::ids::{NodeId, RequestId};
 use crate::time::Instant;
 
-/// The timers a node can have armed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum NodeTimer {
+/// Declares [`NodeTimer`] and sizes [`TimerTable`] from its variants, so adding a timer is one
+/// line here and cannot leave the table too small.
+macro_rules! node_timers {
+    ($($(#[doc = $doc:literal])* $name:ident,)*) => {
+        /// The timers a node can have armed.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+        pub(crate) enum NodeTimer {
+            $($(#[doc = $doc])* $name,)*
+        }
+
+        impl NodeTimer {
+            /// Every timer, in declaration order (`ALL[t as usize] == t`).
+            pub(crate) const ALL: &'static [NodeTimer] = &[$(NodeTimer::$name,)*];
+        }
+    };
+}
+
+node_timers! {
     /// The connection setup deadline (connect plus handshake).
     Setup,
     /// The reconnect backoff ends and a connection is wanted.
     Reconnect,
     /// The oldest unaccepted frame misses its write deadline.
     WriteTimeout,
-    /// The next probe of a quarantined node.
+    /// The next probe of a quarantined node (or, after the last one, the readmission).
     Probe,
     /// A ready connection with no request expires.
     Idle,
+    /// A partly received response has been arriving for longer than the frame timeout.
+    Frame,
 }
 
-impl NodeTimer {
-    const COUNT: usize = 5;
-}
+/// A node's armed timers, one slot per [`NodeTimer`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TimerTable([Option<Instant>; NodeTimer::ALL.len()]);
 
-/// A node's armed timers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct TimerTable([Option<Instant>; NodeTimer::COUNT]);
+impl Default for TimerTable {
+    fn default() -> Self {
+        Self([None; NodeTimer::ALL.len()])
+    }
+}
 
 impl TimerTable {
     pub(crate) fn get(&self, timer: NodeTimer) -> Option<Instant> {
@@ -51,7 +70,7 @@ impl TimerTable {
     }
 
     pub(crate) fn stop_all(&mut self) {
-        self.0 = Default::default();
+        *self = Self::default();
     }
 }
 
@@ -116,6 +135,18 @@ mod tests {
         assert_eq!(h.peek().unwrap().0, Instant::from_secs(1));
         let order: alloc::vec::Vec<_> = core::iter::from_fn(|| h.pop()).map(|e| e.0).collect();
         assert_eq!(order, [1, 2, 3].map(Instant::from_secs));
+    }
+
+    #[test]
+    fn the_table_has_a_slot_for_every_timer() {
+        let mut t = TimerTable::default();
+        for (i, &timer) in NodeTimer::ALL.iter().enumerate() {
+            assert_eq!(timer as usize, i);
+            t.set(timer, Instant::from_secs(i as u64));
+        }
+        for (i, &timer) in NodeTimer::ALL.iter().enumerate() {
+            assert_eq!(t.get(timer), Some(Instant::from_secs(i as u64)));
+        }
     }
 
     #[test]

@@ -1,6 +1,5 @@
 //! The client's errors, and how socket errors become keepwire [`Failure`]s.
 
-use std::fmt;
 use std::io;
 
 use keepwire_proto::{
@@ -39,19 +38,19 @@ pub enum SendError {
     StaleNode,
     /// The deadline passed. `Queued`: no byte was written (and none will be); `InFlight`:
     /// the server may have the request.
-    #[error("deadline exceeded ({})", phase_name(*.phase))]
+    #[error("deadline exceeded ({phase})")]
     DeadlineExceeded {
         /// Where the request was.
         phase: Phase,
     },
     /// The connection closed before the response came.
-    #[error("connection lost: {}", Cause(*.0))]
+    #[error("connection lost: {0}")]
     ConnectionLost(CloseReason),
     /// The peer broke the protocol (on this request's connection), which closed it.
-    #[error("protocol error: {}", ViolationText(*.0))]
+    #[error("protocol error: {0}")]
     Protocol(Violation),
     /// The connection was evicted while the request was on it.
-    #[error("evicted: {}", evict_name(*.0))]
+    #[error("evicted: {0}")]
     Evicted(EvictReason),
     /// The request was cancelled.
     #[error("cancelled")]
@@ -147,91 +146,6 @@ pub fn failure_of(error: &io::Error) -> Failure {
     }
 }
 
-/// A [`CloseReason`] as words: "write timeout", "reset by peer", "protocol error: ...".
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cause(pub CloseReason);
-
-impl fmt::Display for Cause {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            CloseReason::SetupTimeout => f.write_str("connection setup timeout"),
-            CloseReason::ConnectFailed(failure) => {
-                write!(f, "connect failed: {}", FailureText(failure))
-            }
-            CloseReason::HandshakeFailed => f.write_str("handshake failed"),
-            CloseReason::AuthFailed => f.write_str("authentication failed"),
-            CloseReason::WriteTimeout => f.write_str("write timeout"),
-            CloseReason::Io(failure) => FailureText(failure).fmt(f),
-            CloseReason::Protocol(v) => write!(f, "protocol error: {}", ViolationText(v)),
-            CloseReason::Evicted(why) => write!(f, "evicted ({})", evict_name(why)),
-            CloseReason::Quarantined => f.write_str("node quarantined"),
-            CloseReason::Idle => f.write_str("idle"),
-            CloseReason::NodeRemoved => f.write_str("node removed"),
-            CloseReason::Shutdown => f.write_str("shut down"),
-            other => write!(f, "{other:?}"),
-        }
-    }
-}
-
-/// A [`Failure`] as words.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FailureText(pub Failure);
-
-impl fmt::Display for FailureText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Failure::Refused => f.write_str("refused"),
-            Failure::Reset => f.write_str("reset by peer"),
-            Failure::PeerClosed => f.write_str("closed by peer"),
-            Failure::TimedOut => f.write_str("timed out (kernel)"),
-            Failure::Unreachable => f.write_str("unreachable"),
-            Failure::Other { errno: Some(errno) } => {
-                write!(f, "{}", io::Error::from_raw_os_error(errno))
-            }
-            Failure::Other { errno: None } => f.write_str("i/o error"),
-            other => write!(f, "{other:?}"),
-        }
-    }
-}
-
-/// A [`Violation`] as words.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ViolationText(pub Violation);
-
-impl fmt::Display for ViolationText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Violation::FrameTooLong { len, max } => {
-                write!(f, "frame of {len} bytes exceeds the maximum of {max}")
-            }
-            Violation::MalformedHeader => f.write_str("malformed frame header"),
-            Violation::Undecodable => f.write_str("the codec could not decode what the peer sent"),
-            Violation::UnknownRequest(id) => write!(f, "response for unknown {id}"),
-            Violation::TooSlow { elapsed } => {
-                write!(f, "frame still incomplete after {} ms", elapsed.as_millis())
-            }
-            other => write!(f, "{other:?}"),
-        }
-    }
-}
-
-fn phase_name(phase: Phase) -> &'static str {
-    match phase {
-        Phase::Queued => "queued, never sent",
-        Phase::InFlight => "in flight",
-        _ => "unknown phase",
-    }
-}
-
-fn evict_name(why: EvictReason) -> &'static str {
-    match why {
-        EvictReason::Readmitted => "node readmitted",
-        EvictReason::EpochChanged => "node restarted (epoch changed)",
-        EvictReason::Requested => "requested",
-        _ => "evicted",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,6 +200,10 @@ mod tests {
             }
             .to_string(),
             "deadline exceeded (queued, never sent)"
+        );
+        assert_eq!(
+            SendError::Evicted(EvictReason::EpochChanged).to_string(),
+            "evicted: node restarted (epoch changed)"
         );
         assert_eq!(
             SendError::from(SubmitError::NotWritable),

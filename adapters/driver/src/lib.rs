@@ -43,9 +43,7 @@ pub use client::{
     BoundClientBuilder, Client, ClientBuilder, ClientEvent, Events, NodeInfo, SocketInfo,
 };
 pub use codec::{Codec, EncodeError, LengthPrefixed, Response};
-pub use error::{
-    BuildError, Cause, CommandError, FailureText, SendError, ViolationText, failure_of,
-};
+pub use error::{BuildError, CommandError, SendError, failure_of};
 pub use handshake::{HandshakeError, HandshakeHook, HandshakeIo};
 pub use keepwire_proto::{Config, Target};
 pub use runtime::{

@@ -304,7 +304,7 @@ fn state(s: NodeState) -> &'static str {
 fn why(reason: Reason) -> String {
     match reason {
         Reason::Closed(CloseReason::Shutdown) => "shutdown".into(),
-        Reason::Closed(cause) => keepwire_tokio::Cause(cause).to_string(),
+        Reason::Closed(cause) => cause.to_string(),
         Reason::Demand => "a request needs a connection".into(),
         Reason::Probe => "probe on a fresh connection".into(),
         Reason::Connected => "TCP connected".into(),

@@ -217,7 +217,7 @@ fn netty_hysteresis_vector_gives_exactly_unwritable_then_writable() {
     assert_eq!(h.writability(), [false]);
     // Drain the first two frames.
     for _ in 0..2 {
-        let bytes = h.pool.poll_transmit(conn).unwrap();
+        let bytes = h.transmit(conn).unwrap();
         h.pool.handle_written(h.now, conn, bytes.len()).unwrap();
     }
     h.collect();
@@ -231,15 +231,11 @@ fn a_partly_written_frame_counts_in_full_until_its_last_byte() {
     let node = h.add();
     let conn = h.ready(node);
     h.submit(node, 1000, secs(5));
-    let bytes = h.pool.poll_transmit(conn).unwrap();
+    let bytes = h.transmit(conn).unwrap();
     assert_eq!(bytes.len(), 1000);
     h.pool.handle_written(h.now, conn, 999).unwrap();
     assert_eq!(h.pool.pending_bytes(node), Some(1096));
-    assert_eq!(
-        h.pool.poll_transmit(conn).unwrap().len(),
-        1,
-        "the rest of the frame"
-    );
+    assert_eq!(h.transmit(conn).unwrap().len(), 1, "the rest of the frame");
     h.pool.handle_written(h.now, conn, 1).unwrap();
     assert_eq!(h.pool.pending_bytes(node), Some(0));
     assert_eq!(
@@ -339,7 +335,7 @@ fn write_timeout_closes_once_and_fails_every_request_at_that_instant() {
     h.flush(conn); // written, awaiting a response
     h.advance(secs(1));
     let stuck = h.submit(node, 1 << 20, secs(60));
-    let bytes = h.pool.poll_transmit(conn).unwrap();
+    let bytes = h.transmit(conn).unwrap();
     h.pool.handle_written(h.now, conn, bytes.len() / 2).unwrap(); // kernel takes half, then stalls
     let queued = h.submit(node, 100, secs(60));
     h.take_actions();
@@ -467,7 +463,7 @@ fn a_frame_handed_out_when_its_deadline_passes_counts_as_in_flight() {
     let node = h.add();
     let conn = h.ready(node);
     let a = h.submit(node, 10, ms(5));
-    let _bytes = h.pool.poll_transmit(conn).unwrap();
+    let _bytes = h.transmit(conn).unwrap();
     h.advance(ms(6));
     assert_eq!(
         h.outcome(a),
@@ -476,7 +472,7 @@ fn a_frame_handed_out_when_its_deadline_passes_counts_as_in_flight() {
         })
     );
     h.pool.handle_written(h.now, conn, 0).unwrap(); // the write would have blocked
-    assert_eq!(h.pool.poll_transmit(conn), None, "now dropped unsent");
+    assert_eq!(h.transmit(conn), None, "now dropped unsent");
     assert_eq!(h.pool.pending_bytes(node), Some(0));
     assert_eq!(h.pool.in_flight(node), Some(0));
 }
@@ -559,7 +555,7 @@ fn stale_handle_after_reconnect_is_refused_and_touches_nothing() {
             .handle_violation(h.now, old, Violation::MalformedHeader),
         Err(HandleError::StaleConn)
     );
-    assert_eq!(h.pool.poll_transmit(old), None);
+    assert_eq!(h.transmit(old), None);
     assert!(h.take_events().is_empty() && h.take_actions().is_empty());
     assert_eq!(h.pool.current_conn(node), Some(new));
     assert_eq!(h.flush(new), 10, "the new connection is untouched");
@@ -684,7 +680,7 @@ fn frames_dropped_behind_a_stuck_one_do_not_pile_up() {
     let node = h.add();
     let conn = h.ready(node);
     let stuck = h.submit(node, 10, secs(600));
-    let _ = h.pool.poll_transmit(conn).unwrap(); // handed out; the kernel takes nothing
+    let _ = h.transmit(conn).unwrap(); // handed out; the kernel takes nothing
     h.pool.handle_written(h.now, conn, 0).unwrap();
     let mut survivors = Vec::new();
     for i in 0..5_000u32 {
@@ -812,7 +808,7 @@ fn a_response_before_any_byte_was_written_is_a_violation() {
         let conn = h.ready(node);
         let a = h.submit(node, 10, secs(5));
         if handed_out {
-            let _ = h.pool.poll_transmit(conn).unwrap();
+            let _ = h.transmit(conn).unwrap();
         }
         let err = h.pool.handle_response(h.now, conn, a, Bytes::new());
         assert_eq!(
@@ -835,7 +831,7 @@ fn a_response_to_a_partly_written_frame_is_accepted() {
     let node = h.add();
     let conn = h.ready(node);
     let a = h.submit(node, 10, secs(5));
-    let _ = h.pool.poll_transmit(conn).unwrap();
+    let _ = h.transmit(conn).unwrap();
     h.pool.handle_written(h.now, conn, 4).unwrap();
     h.respond(conn, a);
     assert!(matches!(h.outcome(a), Some(Outcome::Response(_))));

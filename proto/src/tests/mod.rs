@@ -4,6 +4,7 @@
 mod lifecycle;
 mod pool;
 mod props;
+mod transmit;
 
 use alloc::vec::Vec;
 use core::net::SocketAddr;
@@ -38,6 +39,8 @@ pub(crate) struct Harness {
     pub(crate) now: Instant,
     pub(crate) events: Vec<Event>,
     pub(crate) actions: Vec<Action>,
+    /// Hand-outs taken off the transmit queue while looking for another connection's.
+    held: Vec<(ConnId, Bytes)>,
 }
 
 impl Harness {
@@ -49,6 +52,7 @@ impl Harness {
             now,
             events: Vec::new(),
             actions: Vec::new(),
+            held: Vec::new(),
         }
     }
 
@@ -145,10 +149,31 @@ impl Harness {
         id
     }
 
+    /// Plays an adapter's write side for `conn`, one frame at a time: says the socket is
+    /// writable, then returns the unwritten rest of its oldest frame (handed out: it must be
+    /// reported with `handle_written`). Hand-outs of other connections met on the way wait
+    /// for their own turn.
+    pub(crate) fn transmit(&mut self, conn: ConnId) -> Option<Bytes> {
+        if let Some(i) = self.held.iter().position(|(c, _)| *c == conn) {
+            return Some(self.held.remove(i).1);
+        }
+        let _ = self.pool.handle_writable(self.now, conn);
+        let mut out = Vec::new();
+        while let Some(c) = self.pool.poll_transmit(1, &mut out) {
+            assert_eq!(out.len(), 1, "a 1-byte budget hands out one frame");
+            let bytes = out[0].clone();
+            if c == conn {
+                return Some(bytes);
+            }
+            self.held.push((c, bytes));
+        }
+        None
+    }
+
     /// Plays a kernel that accepts everything: writes every frame queued on `conn`.
     pub(crate) fn flush(&mut self, conn: ConnId) -> usize {
         let mut total = 0;
-        while let Some(bytes) = self.pool.poll_transmit(conn) {
+        while let Some(bytes) = self.transmit(conn) {
             total += bytes.len();
             self.pool
                 .handle_written(self.now, conn, bytes.len())

@@ -325,11 +325,7 @@ fn a_sender_holding_an_evicted_connection_retries_once_and_only_once() {
         None,
         "queued: moved to a fresh connection"
     );
-    assert_eq!(
-        h.pool.poll_transmit(old),
-        None,
-        "the evicted handle never transmits"
-    );
+    assert_eq!(h.transmit(old), None, "the evicted handle never transmits");
     let (fresh, _) = h.expect_open();
     assert_ne!(fresh, old);
     assert_eq!(
@@ -463,25 +459,30 @@ fn pinot_probe_schedule_with_defaults_is_5_15_35_up_to_5115_s() {
 }
 
 #[test]
-fn after_the_last_probe_the_node_can_be_readmitted_anyway() {
+fn after_the_last_probe_the_node_is_readmitted_one_probe_delay_later() {
+    // Pinot's detector: with the defaults, the 10th probe fails at 5,115 s; the node is
+    // readmitted one more delay (5 s · 2^10) later, at 10,235 s, not the moment it fails.
     let mut config = pool_config();
     config.after_last_probe = AfterLastProbe::Readmit;
-    config.probe_retries = 2;
     let mut h = Harness::new(config);
     let n = h.add();
     for _ in 0..3 {
         refuse(&mut h, n);
     }
     let start = h.now;
-    assert_eq!(probe_times(&mut h, n, start), [5, 15]);
+    let got = probe_times(&mut h, n, start);
+    assert_eq!(got, [5, 15, 35, 75, 155, 315, 635, 1275, 2555, 5115]);
     assert_eq!(h.pool.is_quarantined(n), Some(false));
-    assert!(h.events.iter().any(|e| matches!(
-        e,
-        Event::Readmitted {
-            via: Readmission::GaveUp,
-            ..
-        }
-    )));
+    let readmitted: Vec<_> = h
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Readmitted { via, at, .. } => Some((*via, *at - start)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(readmitted, [(Readmission::GaveUp, secs(10_235))]);
+    assert_eq!(h.pool.counters().probes, 10, "no eleventh probe");
 }
 
 #[test]
@@ -746,4 +747,28 @@ fn a_readmitted_probe_connection_is_an_ordinary_connection_afterwards() {
     let start = h.now;
     let got = probe_times(&mut h, n, start);
     assert_eq!(&got[..3], [5, 15, 35]);
+}
+
+#[test]
+fn the_seed_in_use_is_the_configured_one_or_the_documented_fallback() {
+    let pool = crate::Pool::new(crate::Config::default(), Instant::ZERO).unwrap();
+    assert_eq!(pool.seed(), crate::Config::FALLBACK_SEED);
+    let mut config = crate::Config::default();
+    config.seed = Some(42);
+    let pool = crate::Pool::new(config, Instant::ZERO).unwrap();
+    assert_eq!(pool.seed(), 42);
+}
+
+#[test]
+fn a_submit_whose_cost_would_overflow_the_byte_count_is_refused() {
+    let mut config = pool_config();
+    config.per_frame_overhead = u64::MAX;
+    let mut h = Harness::new(config);
+    let n = h.add();
+    let frame = Bytes::from_static(b"x");
+    let refused = h
+        .pool
+        .submit(h.now, Target::Node(n), h.now + secs(1), frame);
+    assert_eq!(refused, Err(SubmitError::MemoryBudget));
+    assert_eq!(h.pool.total_pending_bytes(), 0);
 }

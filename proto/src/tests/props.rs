@@ -18,7 +18,7 @@ proptest! {
 fn long_sessions_keep_every_invariant() {
     // Deterministic long inputs from a fixed generator, so the slow paths (heap compaction,
     // awaiting-list compaction, slot reuse) are reached on every run.
-    let mut rng = crate::Rng::new(7);
+    let mut rng = crate::rng::Rng::new(7);
     let mut reached = crate::Counters::default();
     for _ in 0..200 {
         let data: Vec<u8> = (0..16_384).map(|_| rng.next_u64() as u8).collect();

@@ -1,0 +1,311 @@
+//! A node's connection lifecycle: opening under the setup timeout, becoming ready, draining,
+//! closing with a reason and backing off, and eviction.
+
+use alloc::vec::Vec;
+
+use super::table::Input;
+use super::{Conn, Node, Sink};
+use crate::event::{
+    Action, CloseReason, Event, EvictReason, NodeState, Outcome, QuarantineCause, Readmission,
+};
+use crate::ids::RequestId;
+use crate::timers::NodeTimer;
+
+impl Node {
+    // ---------------------------------------------------------------------------------------
+    // Opening.
+
+    /// A request or the application wants a connection: open one now if the node is between
+    /// connections and its backoff allows, else as soon as it does.
+    pub(crate) fn demand_connection(&mut self, sink: &mut Sink<'_>) {
+        let Some(reconnect_at) = self.reconnect_at() else {
+            return;
+        };
+        if sink.now >= reconnect_at {
+            self.open(sink, false);
+        } else {
+            self.want_connection = true;
+            self.arm(sink, NodeTimer::Reconnect, reconnect_at);
+        }
+    }
+
+    /// Opens a fresh connection: a new generation, a setup deadline `S(m)` with jitter drawn
+    /// once for this attempt, and an [`Action::Open`].
+    pub(super) fn open(&mut self, sink: &mut Sink<'_>, probe: bool) {
+        let now = sink.now;
+        let setup = sink
+            .config
+            .setup_backoff()
+            .delay(self.setup_failures, sink.rng.next_unit());
+        let reconnect = self.conn_generation > 0;
+        self.conn_generation = self.conn_generation.wrapping_add(1);
+        self.conn = Some(Conn {
+            generation: self.conn_generation,
+            ready_at: None,
+            probe,
+            scheduled: false,
+            blocked: false,
+            partial_since: None,
+        });
+        self.want_connection = false;
+        self.last_attempt = Some(now);
+        self.timers.stop(NodeTimer::Reconnect);
+        sink.counters.connects += 1;
+        if reconnect {
+            sink.counters.reconnects += 1;
+        }
+        self.arm(sink, NodeTimer::Setup, now.expiry_after(setup));
+        sink.actions.push_back(Action::Open {
+            conn: self.conn_handle(self.conn_generation),
+            addr: self.addr,
+            options: sink.config.socket,
+            deadline: now + setup,
+        });
+        self.apply(sink, Input::Open { probe });
+    }
+
+    /// The TCP connect completed: the attempt got further than connecting, so the setup
+    /// timeout resets to `S(0)` for the next one.
+    pub(crate) fn connected(&mut self, sink: &mut Sink<'_>) {
+        self.setup_failures = 0;
+        let handshake = sink.config.handshake;
+        if handshake {
+            if let Some(conn) = self.conn_id() {
+                sink.actions.push_back(Action::Handshake { conn });
+            }
+            self.apply(sink, Input::Connected { handshake });
+        } else {
+            self.apply(sink, Input::Connected { handshake });
+            self.became_ready(sink);
+        }
+    }
+
+    /// The application handshake succeeded.
+    pub(crate) fn handshake_done(&mut self, sink: &mut Sink<'_>) {
+        self.apply(sink, Input::HandshakeDone);
+        self.became_ready(sink);
+    }
+
+    /// The connection is usable: the reconnect backoff resets, a probe readmits its node, and
+    /// frames queued before now start their write-timeout clocks.
+    fn became_ready(&mut self, sink: &mut Sink<'_>) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        conn.ready_at = Some(sink.now);
+        // Once ready, a probe's connection is an ordinary one: its later failures are not
+        // probe failures.
+        let probe = core::mem::take(&mut conn.probe);
+        self.disconnects = 0;
+        self.failed_attempts = 0;
+        self.timers.stop(NodeTimer::Setup);
+        sink.counters.ready += 1;
+        if probe {
+            self.readmit(sink, Readmission::Probe);
+        }
+        self.rearm_write_timer(sink);
+        self.schedule_transmit(sink);
+        self.after_request_change(sink);
+    }
+
+    pub(super) fn setup_timed_out(&mut self, sink: &mut Sink<'_>) {
+        if self.conn.is_some() && self.state.is_connecting() {
+            sink.counters.setup_timeouts += 1;
+            self.close(sink, CloseReason::SetupTimeout, true);
+        }
+    }
+
+    pub(super) fn idle_expired(&mut self, sink: &mut Sink<'_>) {
+        if self.is_ready() && self.requests == 0 {
+            sink.counters.idle_closes += 1;
+            self.close(sink, CloseReason::Idle, true);
+        }
+    }
+
+    /// Keeps the idle timer in step with the node's requests (armed from the moment a ready
+    /// connection holds none, stopped while it holds any), and closes a drained `Closing`
+    /// connection.
+    pub(crate) fn after_request_change(&mut self, sink: &mut Sink<'_>) {
+        if self.state == NodeState::Closing && self.conn.is_some() {
+            if self.drained(sink) {
+                self.close(sink, CloseReason::Shutdown, true);
+            }
+            return;
+        }
+        let idle = sink.config.idle_timeout;
+        if idle.is_zero() || !self.is_ready() || self.requests > 0 {
+            self.timers.stop(NodeTimer::Idle);
+        } else if self.timers.get(NodeTimer::Idle).is_none() {
+            self.arm(sink, NodeTimer::Idle, sink.now.expiry_after(idle));
+        }
+    }
+
+    /// Whether every request the node holds has ended (a request that timed out in flight may
+    /// still hold its slot for a late response; a drain does not wait for that).
+    fn drained(&self, sink: &Sink<'_>) -> bool {
+        let ended = |id: &RequestId| sink.requests.get(*id).is_none_or(|r| r.ended);
+        self.outbound.live_ids().all(|id| ended(&id)) && self.awaiting.iter().all(ended)
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Shutting down.
+
+    /// A graceful shutdown: a ready connection with requests drains through `Closing`; any
+    /// other node closes at once.
+    pub(crate) fn shut_down_gracefully(&mut self, sink: &mut Sink<'_>) {
+        if self.is_ready() && self.requests > 0 {
+            self.apply(sink, Input::Drain);
+            self.after_request_change(sink);
+        } else if self.state != NodeState::Closing {
+            self.close(sink, CloseReason::Shutdown, true);
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Closing.
+
+    /// Ends the node's current connection (if any) and every request it holds with
+    /// `reason`, releases its pending bytes without a writability event, counts the failure,
+    /// and moves the node to `Disconnected` with its backoff (or `AuthFailed`, or `Closed`).
+    /// `tell_adapter` emits [`Action::Close`] (not needed when the adapter reported the close).
+    pub(crate) fn close(&mut self, sink: &mut Sink<'_>, reason: CloseReason, tell_adapter: bool) {
+        let prev = self.state;
+        let conn = self.conn.take();
+        let had_requests = self.requests > 0;
+        self.stop_connection_timers();
+        self.want_connection = false;
+        if let (Some(c), true) = (conn, tell_adapter) {
+            let conn = self.conn_handle(c.generation);
+            sink.actions.push_back(Action::Close { conn, reason });
+        }
+        self.fail_all(sink, &Outcome::ConnectionLost(reason));
+
+        let draw = sink.rng.next_unit();
+        if conn.is_some() {
+            if prev == NodeState::Connecting {
+                self.setup_failures = self.setup_failures.saturating_add(1);
+            }
+            if !prev.is_established() {
+                self.failed_attempts = self.failed_attempts.saturating_add(1);
+            }
+        }
+        // A failure is counted for quarantine when it happened before `Ready`, or cost requests,
+        // or the connection stalled or broke the protocol: a server closing an idle connection
+        // is not a failing server.
+        let counts = reason.is_failure()
+            && (!prev.is_established()
+                || had_requests
+                || matches!(reason, CloseReason::WriteTimeout | CloseReason::Protocol(_)));
+        if counts {
+            self.failures = self.failures.saturating_add(1);
+        }
+        let retire =
+            sink.shut_down || matches!(reason, CloseReason::NodeRemoved | CloseReason::Shutdown);
+        if retire {
+            self.timers.stop_all();
+            self.admission.quarantine = None;
+            if prev != NodeState::Closed {
+                self.apply(sink, Input::Retire(reason));
+            }
+            return;
+        }
+        let Some(conn) = conn else { return };
+        let delay = sink
+            .config
+            .reconnect_backoff()
+            .delay(self.disconnects, draw);
+        self.disconnects = self.disconnects.saturating_add(1);
+        let reconnect_at = sink.now + delay;
+        self.apply(
+            sink,
+            Input::Lost {
+                reason,
+                reconnect_at,
+            },
+        );
+        if conn.probe && self.admission.quarantine.is_some() {
+            self.probe_failed(sink);
+        } else if counts
+            && self.admission.quarantine.is_none()
+            && self.failures >= sink.config.quarantine_after
+        {
+            self.quarantine(sink, QuarantineCause::ConnectionFailures(reason));
+        }
+    }
+
+    fn stop_connection_timers(&mut self) {
+        for timer in [
+            NodeTimer::Setup,
+            NodeTimer::WriteTimeout,
+            NodeTimer::Idle,
+            NodeTimer::Frame,
+        ] {
+            self.timers.stop(timer);
+        }
+    }
+
+    /// Ends every request the node holds with `outcome` and frees them; its pending bytes
+    /// leave the global total.
+    fn fail_all(&mut self, sink: &mut Sink<'_>, outcome: &Outcome) {
+        let released = self.outbound.pending();
+        let mut ids: Vec<RequestId> = self.outbound.drain().map(|f| f.id).collect();
+        ids.append(&mut self.awaiting);
+        sink.total_pending.release(released);
+        for id in ids {
+            if sink.requests.get(id).is_some_and(|r| r.node == self.id) {
+                sink.end_request(id, outcome.clone());
+                self.free_request(sink, id);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Eviction.
+
+    /// Evicts the node's cached connection: flagged ([`Event::Evicted`]) then closed. Requests
+    /// already (partly) written, or handed out, end [`Outcome::Evicted`]; untouched queued ones
+    /// move once to a fresh connection (a second eviction ends them). The sender never writes
+    /// to nor reconnects the evicted handle: it is stale at once.
+    pub(crate) fn evict(&mut self, sink: &mut Sink<'_>, reason: EvictReason) {
+        let Some(conn) = self.conn_id() else { return };
+        self.conn = None;
+        self.want_connection = false;
+        self.stop_connection_timers();
+        sink.counters.evictions += 1;
+        sink.events.push_back(Event::Evicted { conn, reason });
+        sink.actions.push_back(Action::Close {
+            conn,
+            reason: CloseReason::Evicted(reason),
+        });
+
+        let before = self.outbound.pending();
+        let mut gone = core::mem::take(&mut self.awaiting);
+        let requests = &*sink.requests;
+        self.outbound.keep_for_retry(
+            |f| requests.get(f.id).is_some_and(|r| !r.retried && !r.ended),
+            |f| gone.push(f.id),
+            sink.config.low_watermark,
+        );
+        sink.total_pending.release(before - self.outbound.pending());
+        self.compact_outbound(sink);
+        for id in gone {
+            if sink.requests.get(id).is_some_and(|r| r.node == self.id) {
+                sink.end_request(id, Outcome::Evicted(reason));
+                self.free_request(sink, id);
+            }
+        }
+        let mut kept = 0;
+        for id in self.outbound.live_ids() {
+            if let Some(r) = sink.requests.get_mut(id) {
+                r.retried = true;
+                kept += 1;
+            }
+        }
+        sink.counters.eviction_retries += kept;
+        let at = sink.now;
+        self.apply(sink, Input::Evicted { reason, at });
+        if kept > 0 && self.admission.quarantine.is_none() && !sink.shut_down {
+            self.open(sink, false);
+        }
+    }
+}

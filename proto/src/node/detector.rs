@@ -1,0 +1,86 @@
+//! The failure detector's part of a node: quarantine after consecutive failures, probes on
+//! fresh connections at `probe_backoff · 2^k`, and readmission.
+
+use super::{Node, Quarantine, Sink};
+use crate::config::AfterLastProbe;
+use crate::event::{CloseReason, Event, QuarantineCause, Readmission};
+use crate::timers::NodeTimer;
+
+impl Node {
+    /// Consecutive failures crossed the threshold: exclude the node, close its cached
+    /// connection (it is never trusted for readmission), and schedule the first probe.
+    pub(crate) fn quarantine(&mut self, sink: &mut Sink<'_>, cause: QuarantineCause) {
+        if sink.shut_down {
+            return;
+        }
+        self.admission.quarantine = Some(Quarantine {
+            probes_failed: 0,
+            exhausted: false,
+        });
+        sink.counters.quarantines += 1;
+        sink.events.push_back(Event::Quarantined {
+            node: self.id,
+            cause,
+            at: sink.now,
+        });
+        if self.conn.is_some() || self.requests > 0 {
+            self.close(sink, CloseReason::Quarantined, true);
+        }
+        self.schedule_probe(sink);
+    }
+
+    /// Arms the next probe `probe_backoff · 2^failed` from now. When every probe has failed,
+    /// [`AfterLastProbe::Readmit`] waits one more such delay before readmitting (as Pinot's
+    /// detector does); [`AfterLastProbe::StayExcluded`] leaves the node out.
+    fn schedule_probe(&mut self, sink: &mut Sink<'_>) {
+        let Some(q) = self.admission.quarantine.as_mut() else {
+            return;
+        };
+        if q.probes_failed >= sink.config.probe_retries {
+            q.exhausted = true;
+            if sink.config.after_last_probe != AfterLastProbe::Readmit {
+                return;
+            }
+        }
+        let at = sink.now + sink.config.probe_delay(q.probes_failed);
+        self.arm(sink, NodeTimer::Probe, at);
+    }
+
+    /// The probe timer fired: open a fresh connection, or readmit after the last probe.
+    pub(super) fn probe_due(&mut self, sink: &mut Sink<'_>) {
+        let Some(q) = self.admission.quarantine else {
+            return;
+        };
+        if q.exhausted {
+            if sink.config.after_last_probe == AfterLastProbe::Readmit {
+                self.readmit(sink, Readmission::GaveUp);
+            }
+        } else if self.conn.is_none() && !sink.shut_down {
+            sink.counters.probes += 1;
+            self.open(sink, true);
+        }
+    }
+
+    pub(super) fn probe_failed(&mut self, sink: &mut Sink<'_>) {
+        if let Some(q) = self.admission.quarantine.as_mut() {
+            q.probes_failed += 1;
+        }
+        self.schedule_probe(sink);
+    }
+
+    /// Lifts a quarantine (if any) and clears the consecutive-failure counts.
+    pub(crate) fn readmit(&mut self, sink: &mut Sink<'_>, via: Readmission) {
+        if self.admission.quarantine.take().is_none() {
+            return;
+        }
+        self.failures = 0;
+        self.timeouts = 0;
+        self.timers.stop(NodeTimer::Probe);
+        sink.counters.readmissions += 1;
+        sink.events.push_back(Event::Readmitted {
+            node: self.id,
+            via,
+            at: sink.now,
+        });
+    }
+}

@@ -1,0 +1,407 @@
+//! A node's requests on the wire: queuing, handing bytes out, write reports under the write
+//! timeout, responses under the frame timeout, and ending requests exactly once.
+
+use bytes::Bytes;
+
+use super::{Node, Sink};
+use crate::event::{CloseReason, Event, HandleError, Outcome, Phase, QuarantineCause, Violation};
+use crate::ids::{ConnId, RequestId};
+use crate::outbound::{Flip, Frame};
+use crate::requests::{Request, Stage};
+use crate::timers::{NodeTimer, TimerKey};
+
+impl Sink<'_> {
+    /// Emits the request's one and only [`Event::RequestDone`].
+    pub(crate) fn end_request(&mut self, id: RequestId, outcome: Outcome) {
+        let Some(r) = self.requests.get_mut(id) else {
+            return;
+        };
+        if r.ended {
+            return;
+        }
+        r.ended = true;
+        let (node, retried) = (r.node, r.retried);
+        self.events.push_back(Event::RequestDone {
+            id,
+            node,
+            outcome,
+            retried,
+        });
+    }
+
+    fn writability(&mut self, node: crate::NodeId, flip: Option<Flip>, pending: u64) {
+        if let Some(flip) = flip {
+            self.events.push_back(Event::Writability {
+                node,
+                writable: flip == Flip::BecameWritable,
+                pending,
+            });
+        }
+    }
+}
+
+impl Node {
+    // ---------------------------------------------------------------------------------------
+    // Queuing.
+
+    /// Queues an accepted request's frame (the pool checked writability, the in-flight cap
+    /// and the memory budget). Arms the write timer at once on a ready connection: an adapter
+    /// that only wakes for [`Pool::poll_timeout`](crate::Pool::poll_timeout) still sees it.
+    pub(crate) fn enqueue(
+        &mut self,
+        sink: &mut Sink<'_>,
+        deadline: crate::Instant,
+        frame: Bytes,
+        cost: u64,
+    ) -> RequestId {
+        let id = sink.requests.next_id();
+        let (seq, flip) = self.outbound.push(
+            Frame {
+                id,
+                bytes: frame,
+                written: 0,
+                cost,
+                enqueued_at: sink.now,
+                handed_out: false,
+                dropped: false,
+            },
+            sink.config.high_watermark,
+        );
+        self.requests += 1;
+        let inserted = sink.requests.insert(Request {
+            node: self.id,
+            deadline,
+            stage: Stage::Queued { seq },
+            retried: false,
+            ended: false,
+        });
+        debug_assert_eq!(inserted, id);
+        sink.total_pending.add(cost);
+        sink.counters.submitted += 1;
+        sink.timers.push(
+            deadline.expiry_after(core::time::Duration::ZERO),
+            TimerKey::Request(id),
+        );
+        sink.writability(self.id, flip, self.outbound.pending());
+        self.rearm_write_timer(sink);
+        self.schedule_transmit(sink);
+        self.after_request_change(sink);
+        self.demand_connection(sink);
+        id
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Handing bytes out and write reports.
+
+    /// Puts the connection in the pool's transmit queue if it has bytes to hand out and the
+    /// adapter can take them.
+    pub(super) fn schedule_transmit(&mut self, sink: &mut Sink<'_>) {
+        let established = self.state.is_established();
+        let has_bytes = self.outbound.has_unhanded();
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        if established && has_bytes && !conn.scheduled && !conn.blocked {
+            conn.scheduled = true;
+            let handle = ConnId {
+                node: self.id,
+                generation: conn.generation,
+            };
+            sink.transmit.push_back(handle);
+        }
+    }
+
+    /// Hands out the queued frames of `conn` (taken off the transmit queue): from now on they
+    /// cannot be dropped unsent until the write report says none of their bytes went out.
+    pub(crate) fn hand_out(
+        &mut self,
+        sink: &mut Sink<'_>,
+        conn: ConnId,
+        max_bytes: usize,
+        out: &mut alloc::vec::Vec<Bytes>,
+    ) -> bool {
+        let Some(c) = self
+            .conn
+            .as_mut()
+            .filter(|c| c.generation == conn.generation)
+        else {
+            return false;
+        };
+        if !core::mem::take(&mut c.scheduled) || !self.outbound.has_unhanded() {
+            return false;
+        }
+        let requests = &mut *sink.requests;
+        self.outbound.hand_out(max_bytes, out, |id| {
+            if let Some(r) = requests.get_mut(id) {
+                if let Stage::Queued { seq } = r.stage {
+                    r.stage = Stage::Writing { seq };
+                }
+            }
+        });
+        true
+    }
+
+    /// The kernel accepted `n` bytes of the last hand-out. Completed frames await their
+    /// responses; the rest go back to the queue (dropped now if their request ended and no
+    /// byte went out). A short write blocks the connection until it is writable again.
+    pub(crate) fn written(
+        &mut self,
+        sink: &mut Sink<'_>,
+        conn: ConnId,
+        n: usize,
+    ) -> Result<(), HandleError> {
+        let Some(handed) = self.outbound.handed() else {
+            return if n == 0 {
+                Ok(())
+            } else {
+                Err(HandleError::Overwritten)
+            };
+        };
+        if n > handed {
+            return Err(HandleError::Overwritten);
+        }
+        let mut sent = 0usize;
+        let mut freed = 0usize;
+        let requests = &mut *sink.requests;
+        let awaiting = &mut self.awaiting;
+        let report = self
+            .outbound
+            .report_written(n, sink.config.low_watermark, |id, done| {
+                let Some(r) = requests.get_mut(id) else {
+                    return false;
+                };
+                if done {
+                    r.stage = Stage::Sent {
+                        conn: conn.generation,
+                    };
+                    awaiting.push(id);
+                    sent += 1;
+                    return false;
+                }
+                // Handed out, not one byte written: back in the queue, or dropped unsent now if
+                // its request ended meanwhile.
+                let Stage::Writing { seq } = r.stage else {
+                    return false;
+                };
+                r.stage = Stage::Queued { seq };
+                let ended = r.ended;
+                if ended {
+                    requests.remove(id);
+                    freed += 1;
+                }
+                ended
+            });
+        let Ok((released, flip)) = report else {
+            return Err(HandleError::Overwritten);
+        };
+        sink.total_pending.release(released);
+        sink.writability(self.id, flip, self.outbound.pending());
+        if sent > 0 {
+            self.compact_awaiting(sink);
+        }
+        if let Some(c) = self.conn.as_mut() {
+            c.blocked = n < handed;
+        }
+        self.requests -= freed;
+        self.compact_outbound(sink);
+        self.rearm_write_timer(sink);
+        self.schedule_transmit(sink);
+        self.after_request_change(sink);
+        Ok(())
+    }
+
+    /// The socket can take bytes again after a short write.
+    pub(crate) fn writable(&mut self, sink: &mut Sink<'_>) {
+        if let Some(c) = self.conn.as_mut() {
+            c.blocked = false;
+        }
+        self.schedule_transmit(sink);
+    }
+
+    /// Keeps the list of awaited requests from outgrowing the live ones.
+    fn compact_awaiting(&mut self, sink: &Sink<'_>) {
+        if self.awaiting.len() > 2 * self.requests + 16 {
+            let requests = &*sink.requests;
+            self.awaiting.retain(|&a| {
+                requests
+                    .get(a)
+                    .is_some_and(|r| matches!(r.stage, Stage::Sent { .. }))
+            });
+        }
+    }
+
+    /// Arms the write timeout for the oldest unaccepted frame of a ready connection:
+    /// `max(enqueued, ready) + write_timeout`, firing one nanosecond past it.
+    pub(super) fn rearm_write_timer(&mut self, sink: &mut Sink<'_>) {
+        let write_timeout = sink.config.write_timeout;
+        let ready_at = self.conn.and_then(|c| c.ready_at);
+        let due = match (ready_at, self.outbound.front_live()) {
+            (Some(ready_at), Some(front)) if !write_timeout.is_zero() => {
+                Some(front.enqueued_at.max(ready_at).expiry_after(write_timeout))
+            }
+            _ => None,
+        };
+        match due {
+            Some(at) => self.arm(sink, NodeTimer::WriteTimeout, at),
+            None => self.timers.stop(NodeTimer::WriteTimeout),
+        }
+    }
+
+    pub(super) fn write_timed_out(&mut self, sink: &mut Sink<'_>) {
+        sink.counters.write_timeouts += 1;
+        self.close(sink, CloseReason::WriteTimeout, true);
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Responses.
+
+    /// A response to `id` arrived on `conn`. One for a request not in flight on that
+    /// connection closes it as a protocol violation.
+    pub(crate) fn response(
+        &mut self,
+        sink: &mut Sink<'_>,
+        conn: ConnId,
+        id: RequestId,
+        payload: Bytes,
+    ) -> Result<(), HandleError> {
+        // In flight on this connection: fully written on it, or partly written (a frame only
+        // handed out has not reached the peer).
+        let outbound = &self.outbound;
+        let on_this_conn = sink
+            .requests
+            .get(id)
+            .filter(|r| r.node == self.id)
+            .map(|r| match r.stage {
+                Stage::Sent { conn: generation } => generation == conn.generation,
+                Stage::Writing { seq } => outbound.get(seq).is_some_and(|f| f.written > 0),
+                Stage::Queued { .. } => false,
+            });
+        if on_this_conn != Some(true) {
+            sink.counters.protocol_violations += 1;
+            let violation = Violation::UnknownRequest(id);
+            self.close(sink, CloseReason::Protocol(violation), true);
+            return Err(HandleError::UnknownRequest);
+        }
+        if let Some(c) = self.conn.as_mut() {
+            c.partial_since = None;
+            self.timers.stop(NodeTimer::Frame);
+        }
+        let ended = sink.requests.get(id).is_some_and(|r| r.ended);
+        if !ended {
+            sink.counters.responses += 1;
+            sink.end_request(id, Outcome::Response(payload));
+            self.timeouts = 0;
+            self.failures = 0;
+        }
+        self.free_request(sink, id);
+        Ok(())
+    }
+
+    /// The adapter decoded what it could: whether part of a response is still buffered. The
+    /// frame timeout runs from the first byte of a response (or the end of the previous one)
+    /// until it is complete.
+    pub(crate) fn received(&mut self, sink: &mut Sink<'_>, partial: bool) {
+        let limit = sink.config.frame_timeout;
+        let Some(c) = self.conn.as_mut() else { return };
+        if !partial || limit.is_zero() {
+            c.partial_since = None;
+            self.timers.stop(NodeTimer::Frame);
+            return;
+        }
+        if c.partial_since.is_none() {
+            c.partial_since = Some(sink.now);
+            self.arm(sink, NodeTimer::Frame, sink.now.expiry_after(limit));
+        }
+    }
+
+    pub(super) fn frame_timed_out(&mut self, sink: &mut Sink<'_>) {
+        let Some(since) = self.conn.and_then(|c| c.partial_since) else {
+            return;
+        };
+        let elapsed = sink.now - since;
+        sink.counters.protocol_violations += 1;
+        let violation = Violation::TooSlow { elapsed };
+        self.close(sink, CloseReason::Protocol(violation), true);
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Ending requests.
+
+    /// Releases the request's slot (after it ended and nothing more can arrive for it).
+    pub(crate) fn free_request(&mut self, sink: &mut Sink<'_>, id: RequestId) {
+        let Some(r) = sink.requests.remove(id) else {
+            return;
+        };
+        debug_assert!(r.ended);
+        self.requests -= 1;
+        self.after_request_change(sink);
+    }
+
+    /// Drops the still untouched frame `seq` of `id` unsent.
+    fn drop_unsent(&mut self, sink: &mut Sink<'_>, id: RequestId, seq: u64) {
+        let cost = self
+            .outbound
+            .get(seq)
+            .filter(|f| f.id == id)
+            .map_or(0, |f| f.cost);
+        let flip = self.outbound.drop_unsent(seq, sink.config.low_watermark);
+        sink.total_pending.release(cost);
+        self.compact_outbound(sink);
+        sink.writability(self.id, flip, self.outbound.pending());
+        self.rearm_write_timer(sink);
+    }
+
+    /// Compacts the queue when dropped frames pile up behind a stuck one, renumbering the
+    /// requests whose frames moved.
+    pub(super) fn compact_outbound(&mut self, sink: &mut Sink<'_>) {
+        if !self.outbound.needs_compaction() {
+            return;
+        }
+        let requests = &mut *sink.requests;
+        self.outbound.compact(|id, new_seq| {
+            if let Some(r) = requests.get_mut(id) {
+                match &mut r.stage {
+                    Stage::Queued { seq } | Stage::Writing { seq } => *seq = new_seq,
+                    Stage::Sent { .. } => {}
+                }
+            }
+        });
+    }
+
+    /// Ends a live request with `outcome` because of the application or its deadline: a
+    /// queued frame is dropped unsent and the slot freed; a (partly) written or handed-out one
+    /// keeps its slot until its frame is written and its late response arrives or the
+    /// connection closes.
+    pub(crate) fn abandon(&mut self, sink: &mut Sink<'_>, id: RequestId, outcome: Outcome) {
+        let Some(stage) = sink.requests.get(id).map(|r| r.stage) else {
+            return;
+        };
+        sink.end_request(id, outcome);
+        if let Stage::Queued { seq } = stage {
+            self.drop_unsent(sink, id, seq);
+            self.free_request(sink, id);
+        }
+        self.after_request_change(sink);
+    }
+
+    /// The request's deadline passed: dropped unsent if still queued, else a request timeout
+    /// that counts towards quarantine.
+    pub(crate) fn request_deadline(&mut self, sink: &mut Sink<'_>, id: RequestId) {
+        let Some(stage) = sink.requests.get(id).map(|r| r.stage) else {
+            return;
+        };
+        if let Stage::Queued { .. } = stage {
+            sink.counters.queued_deadline_drops += 1;
+            let phase = Phase::Queued;
+            self.abandon(sink, id, Outcome::DeadlineExceeded { phase });
+            return;
+        }
+        sink.counters.request_timeouts += 1;
+        let phase = Phase::InFlight;
+        self.abandon(sink, id, Outcome::DeadlineExceeded { phase });
+        self.timeouts += 1;
+        if self.timeouts >= sink.config.quarantine_after && self.admission.quarantine.is_none() {
+            self.quarantine(sink, QuarantineCause::RequestTimeouts);
+        }
+    }
+}

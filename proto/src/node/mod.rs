@@ -1,0 +1,361 @@
+//! One node's machine: its connection state, current connection, outbound queue, timers,
+//! failure counts and quarantine, as [quinn-proto] splits a `Connection` from its `Endpoint`.
+//!
+//! The machine owns everything about one node and nothing else. It writes what it produces
+//! into a short-lived [`Sink`] borrowed from the [`Pool`](crate::Pool): the action, event and
+//! transmit queues, the timer heap, the request table, the counters, the RNG and the config.
+//! Every change of connection state goes through [`Node::apply`], and so through the one
+//! transition table in [`table`].
+//!
+//! - `conn.rs`: opening under the setup timeout, becoming ready, closing, evicting.
+//! - `io.rs`: handing out bytes, write reports, responses, ending requests.
+//! - `detector.rs`: quarantine, probes, readmission.
+//! - `mod.rs` (here): the machine's data, its queries, timers and the sink.
+//!
+//! [quinn-proto]: https://docs.rs/quinn-proto
+
+use alloc::collections::VecDeque;
+use alloc::vec::Vec;
+use core::net::SocketAddr;
+
+use crate::config::Config;
+use crate::counters::Counters;
+use crate::event::{Action, Event, NodeState};
+use crate::ids::{ConnId, NodeId, RequestId};
+use crate::outbound::{ByteCount, Outbound};
+use crate::requests::Requests;
+use crate::rng::Rng;
+use crate::time::Instant;
+use crate::timers::{NodeTimer, TimerHeap, TimerKey, TimerTable};
+
+mod conn;
+mod detector;
+mod io;
+pub(crate) mod table;
+
+use table::{Input, transition};
+
+/// What a node's machine writes into while it handles one input: borrowed from the pool for
+/// the length of the call.
+pub(crate) struct Sink<'a> {
+    pub(crate) now: Instant,
+    pub(crate) config: &'a Config,
+    pub(crate) shut_down: bool,
+    pub(crate) rng: &'a mut Rng,
+    pub(crate) timers: &'a mut TimerHeap,
+    pub(crate) actions: &'a mut VecDeque<Action>,
+    pub(crate) events: &'a mut VecDeque<Event>,
+    /// Connections that have bytes to hand out (see [`Pool::poll_transmit`](crate::Pool)).
+    pub(crate) transmit: &'a mut VecDeque<ConnId>,
+    pub(crate) requests: &'a mut Requests,
+    pub(crate) counters: &'a mut Counters,
+    /// Pending outbound bytes across all nodes.
+    pub(crate) total_pending: &'a mut ByteCount,
+}
+
+/// The connection a node currently has (from `Connecting` to `Closing`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Conn {
+    pub(crate) generation: u32,
+    /// When it became `Ready`; frames' write deadlines start no earlier than this.
+    pub(crate) ready_at: Option<Instant>,
+    /// Opened by the failure detector to probe a quarantined node.
+    pub(crate) probe: bool,
+    /// In the pool's transmit queue.
+    pub(crate) scheduled: bool,
+    /// A short write left the socket full: nothing is handed out until the adapter reports
+    /// it writable again.
+    pub(crate) blocked: bool,
+    /// Since when a partly received response has been arriving (the frame timeout).
+    pub(crate) partial_since: Option<Instant>,
+}
+
+/// Whether the application and the failure detector let the node take requests.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Admission {
+    pub(crate) enabled: bool,
+    pub(crate) quarantine: Option<Quarantine>,
+    pub(crate) throttled_until: Instant,
+}
+
+/// A quarantined node's probe schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Quarantine {
+    pub(crate) probes_failed: u32,
+    /// Every probe failed: the node stays excluded, or waits one more probe delay to be
+    /// readmitted ([`AfterLastProbe`](crate::AfterLastProbe)).
+    pub(crate) exhausted: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Node {
+    id: NodeId,
+    addr: SocketAddr,
+    /// Written only by [`Node::apply`].
+    state: NodeState,
+    conn: Option<Conn>,
+    /// The generation of the newest connection ever opened (current or closed).
+    conn_generation: u32,
+    pub(crate) outbound: Outbound,
+    /// Requests fully written and awaiting a response. Removal is lazy: an entry whose request
+    /// has gone is skipped, and the list is compacted when it outgrows the live requests.
+    awaiting: Vec<RequestId>,
+    /// Requests holding a slot for this node: queued, being written, awaiting a response, or
+    /// ended by a deadline while in flight (the server may still be working on them).
+    requests: usize,
+    pub(crate) admission: Admission,
+    epoch: u64,
+    /// `m`: consecutive attempts that failed while still connecting (the setup timeout grows
+    /// with it; reset when an attempt gets past the TCP connect).
+    setup_failures: u32,
+    /// `k`: disconnects since the node was last `Ready` (the reconnect backoff grows with it).
+    disconnects: u32,
+    /// Consecutive attempts that never reached `Ready` (for selection).
+    failed_attempts: u32,
+    last_attempt: Option<Instant>,
+    /// Consecutive connection failures (for quarantine; reset by a response or readmission).
+    pub(crate) failures: u32,
+    /// Consecutive request timeouts (for quarantine; reset by a response or readmission).
+    timeouts: u32,
+    /// A connection should be opened as soon as the reconnect backoff allows.
+    want_connection: bool,
+    timers: TimerTable,
+}
+
+impl Node {
+    pub(crate) fn new(id: NodeId, addr: SocketAddr) -> Self {
+        Self {
+            id,
+            addr,
+            state: NodeState::Disconnected {
+                reconnect_at: Instant::ZERO,
+            },
+            conn: None,
+            conn_generation: 0,
+            outbound: Outbound::new(),
+            awaiting: Vec::new(),
+            requests: 0,
+            admission: Admission {
+                enabled: true,
+                quarantine: None,
+                throttled_until: Instant::ZERO,
+            },
+            epoch: 0,
+            setup_failures: 0,
+            disconnects: 0,
+            failed_attempts: 0,
+            last_attempt: None,
+            failures: 0,
+            timeouts: 0,
+            want_connection: false,
+            timers: TimerTable::default(),
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Queries.
+
+    pub(crate) fn id(&self) -> NodeId {
+        self.id
+    }
+
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub(crate) fn state(&self) -> NodeState {
+        self.state
+    }
+
+    pub(crate) fn conn_id(&self) -> Option<ConnId> {
+        self.conn.map(|c| self.conn_handle(c.generation))
+    }
+
+    fn conn_handle(&self, generation: u32) -> ConnId {
+        ConnId {
+            node: self.id,
+            generation,
+        }
+    }
+
+    /// Whether `conn` names this node's current connection.
+    pub(crate) fn is_current(&self, conn: ConnId) -> bool {
+        conn.node == self.id && self.conn.is_some_and(|c| c.generation == conn.generation)
+    }
+
+    pub(crate) fn is_ready(&self) -> bool {
+        self.state == NodeState::Ready
+    }
+
+    /// Requests holding a slot for this node.
+    pub(crate) fn requests(&self) -> usize {
+        self.requests
+    }
+
+    pub(crate) fn is_quarantined(&self) -> bool {
+        self.admission.quarantine.is_some()
+    }
+
+    /// When a new connection may be opened, if the node is between connections.
+    pub(crate) fn reconnect_at(&self) -> Option<Instant> {
+        match self.state {
+            NodeState::Disconnected { reconnect_at } | NodeState::AuthFailed { reconnect_at } => {
+                Some(reconnect_at)
+            }
+            _ => None,
+        }
+    }
+
+    /// Consecutive attempts that never reached `Ready`, and when the last one started.
+    pub(crate) fn attempts(&self) -> (u32, Option<Instant>) {
+        (self.failed_attempts, self.last_attempt)
+    }
+
+    /// Whether the application and the failure detector allow new requests and probes.
+    pub(crate) fn admitted(&self, now: Instant) -> bool {
+        self.admission.enabled
+            && self.admission.quarantine.is_none()
+            && now >= self.admission.throttled_until
+            && self.state != NodeState::Closed
+    }
+
+    /// Whether the heap entry `(at, timer)` is still armed.
+    pub(crate) fn timer_armed(&self, timer: NodeTimer, at: Instant) -> bool {
+        self.timers.get(timer) == Some(at)
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // The one place the connection state changes.
+
+    /// Moves the connection state as the transition table says for `input`, announcing the
+    /// change. An input the table refuses changes nothing; callers only feed inputs that fit
+    /// (a debug assertion, exercised by the fuzzer, holds them to it).
+    fn apply(&mut self, sink: &mut Sink<'_>, input: Input) {
+        let from = self.state;
+        let Ok((to, reason)) = transition(from, input) else {
+            debug_assert!(false, "{:?}: {input:?} does not apply in {from:?}", self.id);
+            return;
+        };
+        if to == from {
+            return;
+        }
+        self.state = to;
+        sink.events.push_back(Event::StateChanged {
+            node: self.id,
+            from,
+            to,
+            reason,
+            at: sink.now,
+        });
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Commands the pool routes here.
+
+    /// The application took the node out of the enabled set (its connection stays cached).
+    pub(crate) fn disable(&mut self) {
+        self.admission.enabled = false;
+    }
+
+    /// The application put the node back: whether it had left (and must be evicted).
+    pub(crate) fn enable(&mut self) -> bool {
+        !core::mem::replace(&mut self.admission.enabled, true)
+    }
+
+    /// A new restart epoch: whether it changed. A new server process starts with a clean
+    /// backoff.
+    pub(crate) fn set_epoch(&mut self, sink: &mut Sink<'_>, epoch: u64) -> bool {
+        if self.epoch == epoch {
+            return false;
+        }
+        self.epoch = epoch;
+        self.setup_failures = 0;
+        self.disconnects = 0;
+        self.failed_attempts = 0;
+        if matches!(self.state, NodeState::Disconnected { .. }) {
+            self.apply(sink, Input::BackoffReset { at: sink.now });
+        }
+        true
+    }
+
+    /// Backpressure from the server until `until`; never shortened.
+    pub(crate) fn throttle(&mut self, until: Instant) {
+        self.admission.throttled_until = self.admission.throttled_until.max(until);
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Timers.
+
+    fn arm(&mut self, sink: &mut Sink<'_>, timer: NodeTimer, at: Instant) {
+        if self.timers.get(timer) == Some(at) {
+            return;
+        }
+        self.timers.set(timer, at);
+        sink.timers.push(at, TimerKey::Node(self.id, timer));
+    }
+
+    /// A node timer came due.
+    pub(crate) fn on_timer(&mut self, sink: &mut Sink<'_>, timer: NodeTimer) {
+        self.timers.stop(timer);
+        match timer {
+            NodeTimer::Setup => self.setup_timed_out(sink),
+            NodeTimer::Reconnect => {
+                if self.want_connection && self.admission.quarantine.is_none() && !sink.shut_down {
+                    self.demand_connection(sink);
+                }
+            }
+            NodeTimer::WriteTimeout => self.write_timed_out(sink),
+            NodeTimer::Probe => self.probe_due(sink),
+            NodeTimer::Idle => self.idle_expired(sink),
+            NodeTimer::Frame => self.frame_timed_out(sink),
+        }
+    }
+}
+
+#[cfg(any(test, feature = "fuzzing"))]
+impl Node {
+    /// Checks the machine's own accounting against the request table.
+    pub(crate) fn check_invariants(
+        &self,
+        config: &Config,
+        requests: &Requests,
+    ) -> Result<(), alloc::string::String> {
+        use alloc::format;
+        let (high, low) = (config.high_watermark, config.low_watermark);
+        let pending = self.outbound.pending();
+        if pending != self.outbound.recount() {
+            return Err(format!(
+                "{:?}: pending {pending} != sum of frames {}",
+                self.id,
+                self.outbound.recount()
+            ));
+        }
+        if pending > high && self.outbound.is_writable() {
+            return Err(format!("{:?}: writable above the high watermark", self.id));
+        }
+        if pending < low && !self.outbound.is_writable() {
+            return Err(format!("{:?}: unwritable below the low watermark", self.id));
+        }
+        let held = requests.iter().filter(|(_, r)| r.node == self.id).count();
+        if held != self.requests {
+            return Err(format!(
+                "{:?}: holds {held} requests, counted {}",
+                self.id, self.requests
+            ));
+        }
+        let has_conn = matches!(
+            self.state,
+            NodeState::Connecting | NodeState::Handshaking | NodeState::Ready | NodeState::Closing
+        );
+        if self.conn.is_some() != has_conn {
+            return Err(format!(
+                "{:?}: connection {:?} in state {:?}",
+                self.id, self.conn, self.state
+            ));
+        }
+        if self.conn.is_some_and(|c| c.scheduled && c.blocked) {
+            return Err(format!("{:?}: scheduled while blocked", self.id));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,295 @@
+//! Handing bytes out: readiness without scanning, several frames per write, write reports
+//! that span frames, short writes that park a connection, the write timer armed at queue
+//! time, and the frame timeout fed by `handle_received`.
+
+use alloc::vec::Vec;
+
+use bytes::Bytes;
+
+use super::{Harness, exact, ms, secs};
+use crate::{
+    CloseReason, ConnId, Event, HandleError, NodeId, Outcome, RequestId, Target, Violation,
+};
+
+/// Every hand-out until the queue is empty, each with its total byte count.
+fn hand_outs(h: &mut Harness, budget: usize) -> Vec<(ConnId, Vec<usize>)> {
+    let mut out = Vec::new();
+    let mut all = Vec::new();
+    while let Some(conn) = h.pool.poll_transmit(budget, &mut out) {
+        all.push((conn, out.iter().map(Bytes::len).collect()));
+    }
+    all
+}
+
+fn submit_len(h: &mut Harness, node: NodeId, len: usize) -> crate::RequestId {
+    h.submit(node, len, secs(60))
+}
+
+#[test]
+fn a_frame_queued_on_an_idle_ready_connection_arms_its_write_timer() {
+    // The case: an adapter that sleeps until poll_timeout and has not written yet.
+    let mut config = exact();
+    config.write_timeout = secs(10);
+    let mut h = Harness::new(config);
+    let node = h.add();
+    h.ready(node);
+    h.advance(secs(3)); // the connection sits idle and ready for a while
+    let t0 = h.now;
+    let id = h.submit(node, 100, secs(2_000));
+    assert_eq!(
+        h.pool.poll_timeout(),
+        Some(t0 + secs(10) + core::time::Duration::from_nanos(1)),
+        "armed at queue time, not at the first write report"
+    );
+    h.advance_to(h.pool.poll_timeout().unwrap());
+    assert_eq!(
+        h.outcome(id),
+        Some(Outcome::ConnectionLost(CloseReason::WriteTimeout))
+    );
+    assert_eq!(h.pool.counters().write_timeouts, 1);
+}
+
+#[test]
+fn only_connections_with_bytes_to_send_are_handed_out() {
+    let mut h = Harness::new(exact());
+    let (a, b, c) = (h.add(), h.add(), h.add());
+    let (_, conn_b, _) = (h.ready(a), h.ready(b), h.ready(c));
+    assert_eq!(hand_outs(&mut h, 1 << 16), [], "three idle connections");
+    submit_len(&mut h, b, 10);
+    submit_len(&mut h, b, 20);
+    assert_eq!(hand_outs(&mut h, 1 << 16), [(conn_b, alloc::vec![10, 20])]);
+    assert_eq!(
+        hand_outs(&mut h, 1 << 16),
+        [],
+        "handed out, not yet reported"
+    );
+    h.pool.handle_written(h.now, conn_b, 30).unwrap();
+    assert_eq!(hand_outs(&mut h, 1 << 16), [], "all written");
+}
+
+#[test]
+fn several_frames_go_out_at_once_up_to_the_byte_budget() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let conn = h.ready(node);
+    for _ in 0..3 {
+        submit_len(&mut h, node, 100);
+    }
+    assert_eq!(hand_outs(&mut h, 250), [(conn, alloc::vec![100, 100])]);
+    h.pool.handle_written(h.now, conn, 200).unwrap();
+    assert_eq!(
+        hand_outs(&mut h, 50),
+        [(conn, alloc::vec![100])],
+        "at least one frame, even over the budget"
+    );
+}
+
+#[test]
+fn a_write_report_may_span_frames() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let conn = h.ready(node);
+    let ids: Vec<_> = (0..3).map(|_| submit_len(&mut h, node, 100)).collect();
+    assert_eq!(
+        hand_outs(&mut h, 1 << 16),
+        [(conn, alloc::vec![100, 100, 100])]
+    );
+    h.pool.handle_written(h.now, conn, 250).unwrap();
+    assert_eq!(
+        h.pool.pending_bytes(node),
+        Some(196),
+        "the third frame, half written, counts in full"
+    );
+    for &id in &ids {
+        h.respond(conn, id); // the first two whole, the third partly written: all in flight
+    }
+    h.pool.handle_writable(h.now, conn).unwrap();
+    assert_eq!(hand_outs(&mut h, 1 << 16), [(conn, alloc::vec![50])]);
+}
+
+#[test]
+fn a_short_write_parks_the_connection_until_it_is_writable() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let conn = h.ready(node);
+    submit_len(&mut h, node, 100);
+    assert_eq!(hand_outs(&mut h, 1 << 16), [(conn, alloc::vec![100])]);
+    h.pool.handle_written(h.now, conn, 0).unwrap(); // would block
+    submit_len(&mut h, node, 7);
+    assert_eq!(hand_outs(&mut h, 1 << 16), [], "parked: the socket is full");
+    h.pool.handle_writable(h.now, conn).unwrap();
+    assert_eq!(hand_outs(&mut h, 1 << 16), [(conn, alloc::vec![100, 7])]);
+    h.pool.handle_written(h.now, conn, 40).unwrap();
+    assert_eq!(
+        hand_outs(&mut h, 1 << 16),
+        [],
+        "parked again after a partial write"
+    );
+    h.pool.handle_writable(h.now, conn).unwrap();
+    assert_eq!(hand_outs(&mut h, 1 << 16), [(conn, alloc::vec![60, 7])]);
+}
+
+#[test]
+fn a_handed_out_frame_whose_request_ended_is_dropped_if_none_of_it_went_out() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let conn = h.ready(node);
+    let a = submit_len(&mut h, node, 100);
+    let b = submit_len(&mut h, node, 100);
+    assert_eq!(hand_outs(&mut h, 1 << 16), [(conn, alloc::vec![100, 100])]);
+    h.pool.cancel(h.now, b).unwrap();
+    h.collect();
+    assert_eq!(h.outcome(b), Some(Outcome::Cancelled));
+    assert_eq!(
+        h.pool.in_flight(node),
+        Some(2),
+        "b's bytes may be on their way"
+    );
+    h.pool.handle_written(h.now, conn, 100).unwrap(); // only a's frame went out
+    assert_eq!(h.pool.pending_bytes(node), Some(0), "b dropped unsent");
+    assert_eq!(h.pool.in_flight(node), Some(1));
+    h.pool.handle_writable(h.now, conn).unwrap();
+    assert_eq!(hand_outs(&mut h, 1 << 16), [], "b never goes out");
+    h.respond(conn, a);
+    assert_eq!(h.pool.in_flight(node), Some(0));
+}
+
+#[test]
+fn more_bytes_than_were_handed_out_are_refused_and_change_nothing() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let conn = h.ready(node);
+    submit_len(&mut h, node, 10);
+    assert_eq!(
+        h.pool.handle_written(h.now, conn, 1),
+        Err(HandleError::Overwritten),
+        "nothing handed out yet"
+    );
+    assert_eq!(hand_outs(&mut h, 1 << 16), [(conn, alloc::vec![10])]);
+    assert_eq!(
+        h.pool.handle_written(h.now, conn, 11),
+        Err(HandleError::Overwritten)
+    );
+    assert_eq!(h.pool.pending_bytes(node), Some(106));
+    h.pool.handle_written(h.now, conn, 10).unwrap();
+    assert_eq!(h.pool.pending_bytes(node), Some(0));
+}
+
+#[test]
+fn a_stale_connection_is_never_handed_out() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let old = h.ready(node);
+    submit_len(&mut h, node, 10);
+    h.pool.evict(h.now, node).unwrap(); // the untouched frame moves to a fresh connection
+    h.collect();
+    let fresh = h.pool.current_conn(node).unwrap();
+    assert_ne!(fresh, old);
+    assert_eq!(
+        hand_outs(&mut h, 1 << 16),
+        [],
+        "the fresh one is still connecting"
+    );
+    h.pool.handle_connected(h.now, fresh).unwrap();
+    assert_eq!(hand_outs(&mut h, 1 << 16), [(fresh, alloc::vec![10])]);
+}
+
+#[test]
+fn a_submit_through_selection_is_handed_out_like_any_other() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let conn = h.ready(node);
+    let frame = Bytes::from_static(b"abc");
+    h.pool
+        .submit(h.now, Target::Best, h.now + secs(1), frame)
+        .unwrap();
+    assert_eq!(hand_outs(&mut h, 1 << 16), [(conn, alloc::vec![3])]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The frame timeout.
+
+fn too_slow(h: &Harness) -> Vec<Violation> {
+    h.events
+        .iter()
+        .filter_map(|e| match e {
+            Event::RequestDone {
+                outcome: Outcome::ConnectionLost(CloseReason::Protocol(v)),
+                ..
+            } => Some(*v),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A ready connection with one request written and awaiting its response.
+fn awaiting(config: crate::Config) -> (Harness, NodeId, ConnId, RequestId) {
+    let mut h = Harness::new(config);
+    let node = h.add();
+    let conn = h.ready(node);
+    let id = h.submit(node, 10, secs(60));
+    h.flush(conn);
+    (h, node, conn, id)
+}
+
+#[test]
+fn a_response_dripping_past_the_frame_timeout_closes_its_connection() {
+    let mut config = exact();
+    config.frame_timeout = ms(300);
+    let (mut h, node, conn, _) = awaiting(config);
+    let first_byte = h.now;
+    h.pool.handle_received(h.now, conn, true).unwrap();
+    let due = first_byte + ms(300) + core::time::Duration::from_nanos(1);
+    assert_eq!(h.pool.poll_timeout(), Some(due));
+    h.advance(ms(200));
+    h.pool.handle_received(h.now, conn, true).unwrap(); // another byte: still incomplete
+    assert_eq!(
+        h.pool.poll_timeout(),
+        Some(due),
+        "measured from the first byte"
+    );
+    h.advance_to(due);
+    let elapsed = ms(300) + core::time::Duration::from_nanos(1);
+    assert_eq!(too_slow(&h), [Violation::TooSlow { elapsed }]);
+    assert_eq!(h.pool.current_conn(node), None);
+    assert_eq!(h.pool.counters().protocol_violations, 1);
+}
+
+#[test]
+fn a_completed_response_restarts_the_frame_clock_and_an_empty_buffer_stops_it() {
+    let mut config = exact();
+    config.frame_timeout = ms(300);
+    config.write_timeout = core::time::Duration::ZERO;
+    let (mut h, node, conn, first) = awaiting(config);
+    h.submit(node, 10, secs(60));
+    h.flush(conn);
+    h.pool.handle_received(h.now, conn, true).unwrap();
+    h.advance(ms(250));
+    // The first response completes; the start of the next one is buffered.
+    h.respond(conn, first);
+    h.pool.handle_received(h.now, conn, true).unwrap();
+    let restarted = h.now + ms(300) + core::time::Duration::from_nanos(1);
+    assert_eq!(h.pool.poll_timeout().map(|t| t >= restarted), Some(true));
+    h.advance(ms(250)); // 500 ms after the first byte, 250 ms into the second response
+    assert_eq!(
+        too_slow(&h),
+        [],
+        "the clock restarted with the second response"
+    );
+    h.pool.handle_received(h.now, conn, false).unwrap();
+    h.advance(secs(5));
+    assert_eq!(too_slow(&h), [], "nothing buffered, nothing to time");
+    assert!(h.pool.current_conn(node).is_some());
+}
+
+#[test]
+fn a_zero_frame_timeout_disables_it() {
+    let mut config = exact();
+    config.frame_timeout = core::time::Duration::ZERO;
+    config.write_timeout = core::time::Duration::ZERO;
+    let (mut h, node, conn, _) = awaiting(config);
+    h.pool.handle_received(h.now, conn, true).unwrap();
+    assert!(h.pool.poll_timeout().is_none_or(|t| t > h.now + secs(50)));
+    h.advance(secs(30));
+    assert!(h.pool.current_conn(node).is_some());
+}
