@@ -21,7 +21,7 @@ fn hand_outs(h: &mut Harness, budget: usize) -> Vec<(ConnId, Vec<usize>)> {
     all
 }
 
-fn submit_len(h: &mut Harness, node: NodeId, len: usize) -> crate::RequestId {
+fn submit_len(h: &mut Harness, node: NodeId, len: usize) -> RequestId {
     h.submit(node, len, secs(60))
 }
 
