@@ -1,5 +1,6 @@
 //! Many tasks, one client, one healthy echo server: every request completes exactly once,
-//! with its own response.
+//! with its own response; requests far larger than the socket buffers go out in many short
+//! writes, each resuming when the socket is writable again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,4 +60,44 @@ async fn every_request_of_64_tasks_completes_exactly_once(runtime: Arc<dyn Runti
     client.shutdown().await;
 }
 
-test_on_every_runtime!(every_request_of_64_tasks_completes_exactly_once);
+/// 256 KiB requests through a 4 KiB send buffer: nearly every vectored write is cut short or
+/// would block, and the connection must resume each time the peer has read.
+async fn large_requests_resume_whenever_the_socket_takes_bytes_again(runtime: Arc<dyn Runtime>) {
+    const LARGE: usize = 256 * 1024;
+    let peer = Peer::start(Behaviour::Echo);
+    let mut config = test_config();
+    config.socket.send_buffer_size = Some(4096);
+    config.write_timeout = Duration::from_secs(10);
+    let client = ClientBuilder::new(config)
+        .node(peer.addr())
+        .build(Arc::clone(&runtime))
+        .unwrap();
+    let tasks: Vec<_> = (0..4u8)
+        .map(|task| {
+            let client = client.clone();
+            spawn(&*runtime, async move {
+                for i in 0..2u8 {
+                    let payload = vec![task * 16 + i; LARGE - usize::from(i)];
+                    let response = client
+                        .send(Target::Best, payload.clone(), Duration::from_secs(20))
+                        .await;
+                    assert!(
+                        response.as_deref() == Ok(&payload[..]),
+                        "task {task} request {i}: {:?}",
+                        response.map(|r| r.len())
+                    );
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.join().await;
+    }
+    assert_eq!(peer.requests(), 8);
+    client.shutdown().await;
+}
+
+test_on_every_runtime!(
+    every_request_of_64_tasks_completes_exactly_once,
+    large_requests_resume_whenever_the_socket_takes_bytes_again,
+);

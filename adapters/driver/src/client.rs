@@ -26,20 +26,17 @@ pub struct ClientBuilder {
     nodes: Vec<SocketAddr>,
     codec: Arc<dyn Codec>,
     hook: Option<Arc<dyn HandshakeHook>>,
-    frame_timeout: Duration,
     event_capacity: usize,
 }
 
 impl ClientBuilder {
-    /// Starts from `config`, the built-in [`LengthPrefixed`] codec, a 10 s frame timeout and
-    /// no handshake.
+    /// Starts from `config`, the built-in [`LengthPrefixed`] codec and no handshake.
     pub fn new(config: Config) -> Self {
         Self {
             config,
             nodes: Vec::new(),
             codec: Arc::new(LengthPrefixed::default()),
             hook: None,
-            frame_timeout: Duration::from_secs(10),
             event_capacity: 1024,
         }
     }
@@ -69,9 +66,10 @@ impl ClientBuilder {
     }
 
     /// The slow-drip defence: a response that started arriving but is not complete within
-    /// `timeout` closes its connection with `Violation::TooSlow`. Zero disables it.
+    /// `timeout` closes its connection with `Violation::TooSlow`. Zero disables it. Sets
+    /// [`Config::frame_timeout`] (default 10 s), which the pool enforces.
     pub fn frame_timeout(mut self, timeout: Duration) -> Self {
-        self.frame_timeout = timeout;
+        self.config.frame_timeout = timeout;
         self
     }
 
@@ -99,7 +97,6 @@ impl ClientBuilder {
             return Err(BuildError::MissingHandshakeHook);
         }
         let shared = Arc::new(Shared::new(self.event_capacity));
-        let frame_timeout = (!self.frame_timeout.is_zero()).then_some(self.frame_timeout);
         let mut config = self.config;
         config.seed.get_or_insert_with(entropy_seed);
         let (driver, initial_nodes) = Driver::new(
@@ -109,7 +106,6 @@ impl ClientBuilder {
             Arc::clone(&shared),
             self.codec,
             self.hook,
-            frame_timeout,
         )?;
         let runtime = driver.runtime();
         let seed = driver.seed();
@@ -173,7 +169,6 @@ impl fmt::Debug for ClientBuilder {
             .field("nodes", &self.nodes)
             .field("codec", &self.codec)
             .field("handshake_hook", &self.hook.is_some())
-            .field("frame_timeout", &self.frame_timeout)
             .finish()
     }
 }

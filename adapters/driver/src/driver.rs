@@ -4,8 +4,9 @@
 //! deadline dropping them.
 //!
 //! Each poll repeats, until nothing moves: take commands → run the pool's actions → poll the
-//! connect and handshake futures → write and read every open connection → deliver events →
-//! fire the timer armed at the pool's next deadline (or the earliest slow-drip deadline).
+//! connect and handshake futures → write what the pool hands out, read every open connection →
+//! deliver events → fire the timer armed at the pool's next deadline (the only clock the driver
+//! waits on: the pool owns every deadline, the slow-drip one included).
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -35,7 +36,7 @@ use crate::sync::{Hub, Inbox, ReplySender};
 // A child module (not a sibling) so that the driver's fields stay private to the driver.
 mod conn_io;
 
-use conn_io::OpenConn;
+use conn_io::{OpenConn, WriteBufs};
 
 /// What client handles and the driver share: the command inbox and the event fan-out.
 #[derive(Debug)]
@@ -99,12 +100,12 @@ pub(crate) struct Driver {
     shared: Arc<Shared>,
     codec: Arc<dyn Codec>,
     hook: Option<Arc<dyn HandshakeHook>>,
-    frame_timeout: Option<Duration>,
     conns: BTreeMap<ConnId, Conn>,
     waiting: HashMap<RequestId, ReplySender<Result<Bytes, SendError>>>,
     commands: VecDeque<Command>,
     timer: Option<(Pin<Box<dyn Timer>>, Instant)>,
     read_buf: Box<[u8]>,
+    writes: WriteBufs,
     conn_ids: Vec<ConnId>,
     shutdown_replies: Vec<ReplySender<()>>,
     /// A graceful shutdown is under way: stop once every node is `Closed`.
@@ -133,7 +134,6 @@ impl Driver {
         shared: Arc<Shared>,
         codec: Arc<dyn Codec>,
         hook: Option<Arc<dyn HandshakeHook>>,
-        frame_timeout: Option<Duration>,
     ) -> Result<(Self, Vec<NodeId>), BuildError> {
         let origin = runtime.now();
         let mut pool = Pool::new(config, Instant::ZERO)?;
@@ -148,12 +148,12 @@ impl Driver {
             shared,
             codec,
             hook,
-            frame_timeout,
             conns: BTreeMap::new(),
             waiting: HashMap::new(),
             commands: VecDeque::new(),
             timer: None,
             read_buf: vec![0; READ_CHUNK].into_boxed_slice(),
+            writes: WriteBufs::default(),
             conn_ids: Vec::new(),
             shutdown_replies: Vec::new(),
             draining: false,
@@ -460,12 +460,8 @@ impl Driver {
 
     /// Arms the timer at the next deadline and fires what is due.
     fn poll_timer(&mut self, cx: &mut Context<'_>) -> bool {
-        let next = match (self.pool.poll_timeout(), self.next_drip_deadline()) {
-            (Some(a), Some(b)) => a.min(b),
-            (a, b) => match a.or(b) {
-                Some(at) => at,
-                None => return false,
-            },
+        let Some(next) = self.pool.poll_timeout() else {
+            return false;
         };
         let now = self.now();
         if next > now {
@@ -496,7 +492,6 @@ impl Driver {
         }
         let now = self.now();
         self.pool.handle_timeout(now);
-        self.check_drips(now);
         true
     }
 

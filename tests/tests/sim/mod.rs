@@ -42,6 +42,8 @@ struct SimConn {
     reported: bool,
     /// Bytes in the client kernel's send buffer, not yet read by the server.
     in_kernel: VecDeque<u8>,
+    /// The last write was cut short: the pool waits for `handle_writable`.
+    blocked: bool,
     /// Bytes the server has read, not yet parsed into frames.
     read: Vec<u8>,
     /// Responses the server will send: (when, request).
@@ -177,7 +179,7 @@ impl World {
             .any(|r| r.contains(&self.now))
     }
 
-    /// One round of the adapter's loop: actions, connects, the server side, writes, answers,
+    /// One round of the adapter's loop: actions, connects, the server side, answers, writes,
     /// events.
     pub(crate) fn pump(&mut self) {
         loop {
@@ -190,6 +192,7 @@ impl World {
             for conn in conns {
                 progressed |= self.step_conn(conn);
             }
+            progressed |= self.transmit();
             while let Some(event) = self.pool.poll_event() {
                 progressed = true;
                 if let Event::RequestDone { id, outcome, .. } = &event {
@@ -226,6 +229,7 @@ impl World {
                     connected_at,
                     reported: false,
                     in_kernel: VecDeque::new(),
+                    blocked: false,
                     read: Vec::new(),
                     answers: VecDeque::new(),
                     drain_credit: 0.0,
@@ -242,6 +246,32 @@ impl World {
             }
             _ => {}
         }
+    }
+
+    /// The client kernel takes what fits in each send buffer, for every connection the pool
+    /// hands bytes out for; returns whether any byte moved.
+    fn transmit(&mut self) -> bool {
+        let mut progressed = false;
+        let mut frames = Vec::new();
+        while let Some(conn) = self.pool.poll_transmit(SEND_BUFFER, &mut frames) {
+            let sim = self
+                .conns
+                .get_mut(&conn)
+                .expect("bytes handed out for an open conn");
+            let total: usize = frames.iter().map(Bytes::len).sum();
+            let mut n = 0;
+            for frame in &frames {
+                let take = frame.len().min(SEND_BUFFER - sim.in_kernel.len());
+                sim.in_kernel.extend(&frame[..take]);
+                n += take;
+            }
+            sim.blocked = n < total;
+            self.pool
+                .handle_written(self.now, conn, n)
+                .expect("reporting what was handed out");
+            progressed |= n > 0;
+        }
+        progressed
     }
 
     /// Advances one connection; returns whether anything happened.
@@ -297,17 +327,14 @@ impl World {
                 self.delivered[node].push((id, now));
             }
         }
-        // The client kernel takes what fits in its send buffer.
-        while let Some(bytes) = self.pool.poll_transmit(conn) {
-            let sim = self.conns.get_mut(&conn).expect("still open");
-            let n = bytes.len().min(SEND_BUFFER - sim.in_kernel.len());
-            sim.in_kernel.extend(&bytes[..n]);
-            self.pool
-                .handle_written(now, conn, n)
-                .expect("reporting what was handed out");
-            progressed |= n > 0;
-            if n < bytes.len() {
-                break;
+        // A socket whose write was cut short takes bytes again once the server read some.
+        if let Some(sim) = self.conns.get_mut(&conn) {
+            if sim.blocked && sim.in_kernel.len() < SEND_BUFFER {
+                sim.blocked = false;
+                progressed = true;
+                self.pool
+                    .handle_writable(now, conn)
+                    .expect("the connection is open");
             }
         }
         // Answers arrive (unless the path is stalled).
