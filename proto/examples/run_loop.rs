@@ -187,7 +187,11 @@ impl Sockets {
         if self.kernel.len() >= FRAME {
             let frame: Vec<u8> = self.kernel.drain(..FRAME).collect();
             let id = u64::from_be_bytes(frame[..8].try_into().expect("8 bytes"));
-            io.push(Io::Response(conn, RequestId::from_u64(id), Bytes::from_static(b"ok")));
+            io.push(Io::Response(
+                conn,
+                RequestId::from_u64(id),
+                Bytes::from_static(b"ok"),
+            ));
             io.push(Io::Received {
                 conn,
                 partial: false,
@@ -205,7 +209,10 @@ enum Io {
     Connected(ConnId),
     Writable(ConnId),
     Response(ConnId, RequestId, Bytes),
-    Received { conn: ConnId, partial: bool },
+    Received {
+        conn: ConnId,
+        partial: bool,
+    },
     #[allow(dead_code, reason = "this world never fails a socket; a real one does")]
     Closed(ConnId, Failure),
 }

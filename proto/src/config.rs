@@ -72,14 +72,35 @@ pub struct Config {
     pub seed: Option<u64>,
     /// How node selection ranks disconnected nodes whose backoff has elapsed.
     pub selection: SelectionRule,
-    /// Consecutive connection failures, or consecutive request timeouts, that quarantine a
-    /// node. Default 3.
+    /// Consecutive connection failures that quarantine a node. Default 3 (the Pinot broker's
+    /// detector).
     ///
     /// A connection failure is a close before `Ready`, the close of a ready connection that held
     /// requests, or a write timeout or protocol violation (a server closing an idle connection
-    /// is not failing). Both counts reset on a response or a readmission, not on `Ready`, so a
+    /// is not failing). The count resets on a response or a readmission, not on `Ready`, so a
     /// server that connects and then stalls every time is still quarantined.
-    pub quarantine_after: u32,
+    pub quarantine_after_failures: u32,
+    /// Consecutive request timeouts (deadlines passed in flight, with no response from the
+    /// node in between) that quarantine a node. Default 5.
+    ///
+    /// Higher than the failure threshold on purpose: a request timeout may be a slow query,
+    /// not a dead server, and the caller's deadline already bounds what it costs. Five in a
+    /// row with no answer in between is Envoy's default for consecutive errors. Resets on any
+    /// response or a readmission.
+    pub quarantine_after_timeouts: u32,
+    /// The panic threshold (Envoy): when the share of admitted (enabled) nodes that are not
+    /// quarantined falls below it, quarantine is ignored: quarantined nodes are selected and
+    /// reconnected on the ordinary backoff like any other, so a sole node, or the last ones,
+    /// is never locked out and a one-server client recovers within one backoff of the
+    /// server's return. Probes go on as usual. In `[0, 1]`; zero disables panic mode.
+    /// Default 0.5.
+    pub panic_threshold: f64,
+    /// Transparent retry (gRPC's): a request of which not one byte was handed to the adapter,
+    /// ended by a connection failure, an eviction or a failed connect, is queued once more —
+    /// on another node chosen by selection, or on a fresh connection of the same node when it
+    /// was submitted to that node — within its own deadline. Counted, and
+    /// [`Event::RequestDone::retried`](crate::Event::RequestDone) says so. Default false.
+    pub retry_unsent: bool,
     /// Delay before the first probe of a quarantined node; doubles after each failed probe,
     /// counted from that failure (the Pinot broker's detector: 5 s). Default 5 s.
     ///
@@ -87,7 +108,7 @@ pub struct Config {
     /// application handshake when [`handshake`](Self::handshake) is on. Only a handshake that
     /// exchanges a message (an API-version request, TLS) lets a probe catch a server that
     /// accepts connections but never answers; without one, such a server is readmitted and
-    /// quarantined again after `quarantine_after` request timeouts.
+    /// quarantined again after `quarantine_after_timeouts` request timeouts.
     pub probe_backoff: Duration,
     /// Probes tried before giving up on a quarantined node. Default 10.
     pub probe_retries: u32,
@@ -125,7 +146,10 @@ impl Default for Config {
             socket: SocketOptions::default(),
             seed: None,
             selection: SelectionRule::FewestFailedAttempts,
-            quarantine_after: 3,
+            quarantine_after_failures: 3,
+            quarantine_after_timeouts: 5,
+            panic_threshold: 0.5,
+            retry_unsent: false,
             probe_backoff: Duration::from_secs(5),
             probe_retries: 10,
             after_last_probe: AfterLastProbe::StayExcluded,
@@ -184,9 +208,20 @@ impl Config {
                 field: "max_in_flight",
             });
         }
-        if self.quarantine_after == 0 {
+        if self.quarantine_after_failures == 0 {
             return Err(ConfigError::Zero {
-                field: "quarantine_after",
+                field: "quarantine_after_failures",
+            });
+        }
+        if self.quarantine_after_timeouts == 0 {
+            return Err(ConfigError::Zero {
+                field: "quarantine_after_timeouts",
+            });
+        }
+        if !(0.0..=1.0).contains(&self.panic_threshold) {
+            return Err(ConfigError::RatioOutOfRange {
+                field: "panic_threshold",
+                value: self.panic_threshold,
             });
         }
         positive("probe_backoff", self.probe_backoff)?;
@@ -379,6 +414,14 @@ pub enum ConfigError {
         /// The value given.
         value: f64,
     },
+    /// A ratio is outside `[0, 1]` or not a number.
+    #[error("{field} ({value}) must be in [0, 1]")]
+    RatioOutOfRange {
+        /// The field.
+        field: &'static str,
+        /// The value given.
+        value: f64,
+    },
     /// The low watermark is above the high watermark.
     #[error("low_watermark ({low}) must not exceed high_watermark ({high})")]
     WatermarksInverted {
@@ -463,6 +506,14 @@ mod tests {
         assert_eq!(c.socket.user_timeout, Some(Duration::from_secs(10)));
         assert_eq!(c.probe_backoff, Duration::from_secs(5));
         assert_eq!(c.probe_retries, 10);
+        assert_eq!(
+            (c.quarantine_after_failures, c.quarantine_after_timeouts),
+            (3, 5)
+        );
+        assert_eq!(c.panic_threshold, 0.5);
+        assert!(!c.retry_unsent);
+        assert_eq!(c.frame_timeout, Duration::from_secs(10));
+        assert_eq!(c.seed, None);
     }
 
     fn rejects(change: impl FnOnce(&mut Config)) -> ConfigError {
@@ -474,7 +525,7 @@ mod tests {
     #[test]
     fn every_rule_is_checked_and_named() {
         type Case = (fn(&mut Config), &'static str);
-        let cases: [Case; 16] = [
+        let cases: [Case; 20] = [
             (
                 |c| c.setup_timeout = Duration::ZERO,
                 "setup_timeout must be greater than zero",
@@ -516,8 +567,24 @@ mod tests {
                 "max_in_flight must be greater than zero",
             ),
             (
-                |c| c.quarantine_after = 0,
-                "quarantine_after must be greater than zero",
+                |c| c.quarantine_after_failures = 0,
+                "quarantine_after_failures must be greater than zero",
+            ),
+            (
+                |c| c.quarantine_after_timeouts = 0,
+                "quarantine_after_timeouts must be greater than zero",
+            ),
+            (
+                |c| c.panic_threshold = 1.5,
+                "panic_threshold (1.5) must be in [0, 1]",
+            ),
+            (
+                |c| c.panic_threshold = f64::NAN,
+                "panic_threshold (NaN) must be in [0, 1]",
+            ),
+            (
+                |c| c.frame_timeout = MAX_DURATION + Duration::from_secs(1),
+                "frame_timeout (31536001s) is too long",
             ),
             (
                 |c| c.probe_backoff = Duration::ZERO,

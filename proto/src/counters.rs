@@ -42,4 +42,9 @@ pub struct Counters {
     pub submitted: u64,
     /// Requests answered.
     pub responses: u64,
+    /// Requests queued once more, with not one byte sent, after their connection failed or
+    /// was evicted ([`Config::retry_unsent`](crate::Config::retry_unsent)).
+    pub transparent_retries: u64,
+    /// Times the pool entered panic mode (quarantine ignored).
+    pub panics: u64,
 }

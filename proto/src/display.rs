@@ -8,7 +8,7 @@ use core::fmt;
 
 use crate::event::{
     CloseReason, EvictReason, Failure, NodeState, Outcome, Phase, QuarantineCause, Readmission,
-    Reason, Violation,
+    Reason, Sent, Violation,
 };
 
 /// "disconnected", "connecting", "handshaking", "ready", "closing", "auth failed", "closed".
@@ -132,6 +132,7 @@ impl fmt::Display for Readmission {
             Self::Probe => "probe succeeded",
             Self::GaveUp => "probes exhausted",
             Self::Application => "by the application",
+            Self::Answered => "it answered a request",
         })
     }
 }
@@ -142,6 +143,18 @@ impl fmt::Display for Phase {
         f.write_str(match self {
             Self::Queued => "queued, never sent",
             Self::InFlight => "in flight",
+        })
+    }
+}
+
+/// "nothing sent", "handed to the adapter, unknown", "partly sent", "fully sent".
+impl fmt::Display for Sent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Nothing => "nothing sent",
+            Self::Unknown => "handed to the adapter, unknown",
+            Self::Partly => "partly sent",
+            Self::Fully => "fully sent",
         })
     }
 }

@@ -63,7 +63,11 @@ pub enum Event {
         node: NodeId,
         /// How it ended.
         outcome: Outcome,
-        /// Whether it had been moved once to a fresh connection after an eviction.
+        /// How much of its frame the kernel had accepted when it ended: whether the server
+        /// may have it, and so whether sending it again is safe.
+        sent: Sent,
+        /// Whether it had been queued once more after its first connection failed or was
+        /// evicted with not one byte of it sent (at most once per request).
         retried: bool,
     },
     /// A node's connection changed state.
@@ -106,6 +110,19 @@ pub enum Event {
         /// When.
         at: Instant,
     },
+    /// The share of admitted nodes that are healthy fell below
+    /// [`Config::panic_threshold`](crate::Config::panic_threshold) (`entered`), or rose back
+    /// to it: while in panic mode, selection ignores quarantine.
+    PanicMode {
+        /// Whether the pool entered panic mode (`false`: it left it).
+        entered: bool,
+        /// Admitted (enabled) nodes that are not quarantined.
+        healthy: usize,
+        /// Admitted (enabled) nodes.
+        admitted: usize,
+        /// When.
+        at: Instant,
+    },
     /// A quarantined node is selectable again.
     Readmitted {
         /// The node.
@@ -135,6 +152,28 @@ pub enum Outcome {
     Evicted(EvictReason),
     /// The application cancelled it.
     Cancelled,
+}
+
+/// How much of a request's frame the kernel had accepted when the request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Sent {
+    /// Not one byte: the server cannot have it, and sending it again is safe.
+    Nothing,
+    /// Handed to the adapter, which had not yet said how much the kernel took: the server may
+    /// have some or all of it.
+    Unknown,
+    /// Some bytes but not the last one: the server has a truncated frame at most.
+    Partly,
+    /// Every byte: the server may have acted on it.
+    Fully,
+}
+
+impl Sent {
+    /// Whether any byte may have reached the server (everything but [`Sent::Nothing`]).
+    pub fn may_have_reached_server(self) -> bool {
+        self != Self::Nothing
+    }
 }
 
 /// Where a request was when its deadline passed.
@@ -331,6 +370,8 @@ pub enum Readmission {
     GaveUp,
     /// The application enabled it, or its epoch changed.
     Application,
+    /// It answered a request (possible in panic mode, when quarantined nodes still serve).
+    Answered,
 }
 
 /// Why a submit was refused. The request never started, so no

@@ -23,7 +23,7 @@ use arbitrary::{Arbitrary, Unstructured};
 use bytes::Bytes;
 
 use crate::{
-    Action, Config, ConnId, Event, Failure, Instant, NodeId, Outcome, Phase, Pool, RequestId,
+    Action, Config, ConnId, Event, Failure, Instant, NodeId, Outcome, Phase, Pool, RequestId, Sent,
     Target, Violation,
 };
 
@@ -131,7 +131,11 @@ fn config(u: &mut Unstructured<'_>) -> arbitrary::Result<Config> {
         1_000
     };
     c.handshake = u.arbitrary()?;
-    c.quarantine_after = u.int_in_range(1..=4)?;
+    c.quarantine_after_failures = u.int_in_range(1..=4)?;
+    c.quarantine_after_timeouts = u.int_in_range(1..=6)?;
+    c.panic_threshold = f64::from(u.int_in_range(0..=4u8)?) / 4.0;
+    c.retry_unsent = u.arbitrary()?;
+    c.frame_timeout = Duration::from_millis(u.int_in_range(0..=300)?);
     c.probe_backoff = Duration::from_millis(u.int_in_range(1..=500)?);
     c.probe_retries = u.int_in_range(0..=3)?;
     if u.arbitrary()? {
@@ -170,6 +174,8 @@ struct Session {
     handed: BTreeMap<ConnId, Vec<Bytes>>,
     /// The byte budget of each `poll_transmit`.
     batch: usize,
+    /// Panic mode, as the events said.
+    panic: bool,
 }
 
 /// What a peer received on one connection: frames are `id (8 bytes) | len (2) | filler`.
@@ -197,6 +203,7 @@ impl Session {
             on_wire: BTreeSet::new(),
             handed: BTreeMap::new(),
             batch,
+            panic: false,
         }
     }
 
@@ -499,11 +506,35 @@ impl Session {
             }
         }
         while let Some(event) = self.pool.poll_event() {
-            if let Event::RequestDone { id, outcome, .. } = event {
+            if let Event::PanicMode { entered, .. } = event {
+                assert_ne!(entered, self.panic, "panic-mode events alternate");
+                self.panic = entered;
+            }
+            if let Event::RequestDone {
+                id, outcome, sent, ..
+            } = event
+            {
                 assert!(
                     self.open.remove(&id),
                     "{id:?} ended twice or was never accepted"
                 );
+                match sent {
+                    Sent::Nothing => assert!(
+                        !self.on_wire.contains(&id),
+                        "{id:?} ended as nothing sent, but a peer has its bytes"
+                    ),
+                    Sent::Fully => assert!(
+                        self.on_wire.contains(&id),
+                        "{id:?} ended as fully sent, but no peer has it"
+                    ),
+                    _ => {}
+                }
+                if matches!(outcome, Outcome::Response(_)) {
+                    assert!(
+                        matches!(sent, Sent::Partly | Sent::Fully),
+                        "{id:?} answered with {sent:?}"
+                    );
+                }
                 self.ended.insert(id);
                 if outcome
                     == (Outcome::DeadlineExceeded {
@@ -518,6 +549,13 @@ impl Session {
 
     fn check(&self) -> Result<(), String> {
         self.pool.check_invariants()?;
+        if self.panic != self.pool.in_panic() {
+            return Err(format!(
+                "events say panic {}, the pool {}",
+                self.panic,
+                self.pool.in_panic()
+            ));
+        }
         if let Some(id) = self.dropped_unsent.intersection(&self.on_wire).next() {
             return Err(format!("{id:?} was dropped unsent but reached a socket"));
         }
@@ -552,9 +590,17 @@ impl Pool {
     /// Checks the pool's own accounting; `Err` names the first inconsistency.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut total = 0;
+        let mut census = crate::node::Census::default();
         for n in self.live_nodes() {
             n.check_invariants(self.config(), self.requests())?;
             total += n.outbound.pending();
+            census.add(n.census());
+        }
+        if census != self.census() {
+            return Err(format!("census {:?} != counted {census:?}", self.census()));
+        }
+        if self.in_panic() != census.panics(self.config().panic_threshold) {
+            return Err(format!("panic mode {} with {census:?}", self.in_panic()));
         }
         if total != self.total_pending_bytes() {
             return Err(format!(

@@ -41,7 +41,7 @@ pub use config::{
 pub use counters::Counters;
 pub use event::{
     Action, CloseReason, Event, EvictReason, Failure, HandleError, NodeState, Outcome, Phase,
-    QuarantineCause, Readmission, Reason, SubmitError, Unavailable, Violation,
+    QuarantineCause, Readmission, Reason, Sent, SubmitError, Unavailable, Violation,
 };
 pub use ids::{ConnId, NodeId, RequestId};
 pub use pool::{Pool, Target};

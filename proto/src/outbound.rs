@@ -71,6 +71,17 @@ impl Frame {
     pub(crate) fn untouched(&self) -> bool {
         self.written == 0 && !self.handed_out
     }
+
+    /// How much of it the kernel has accepted, as far as proto knows.
+    pub(crate) fn sent(&self) -> crate::Sent {
+        use crate::Sent;
+        match (self.written, self.handed_out) {
+            (0, false) => Sent::Nothing,
+            (0, true) => Sent::Unknown,
+            (w, _) if w == self.bytes.len() => Sent::Fully,
+            _ => Sent::Partly,
+        }
+    }
 }
 
 /// What a writability change the caller must report.

@@ -12,10 +12,10 @@ use crate::config::{Config, ConfigError};
 use crate::counters::Counters;
 use crate::event::{
     Action, CloseReason, Event, EvictReason, Failure, HandleError, NodeState, Outcome, Readmission,
-    SubmitError, Unavailable, Violation,
+    Sent, SubmitError, Unavailable, Violation,
 };
 use crate::ids::{ConnId, NodeId, RequestId};
-use crate::node::{Node, Sink};
+use crate::node::{Census, Node, Retry, Sink};
 use crate::outbound::ByteCount;
 use crate::requests::Requests;
 use crate::rng::Rng;
@@ -112,6 +112,12 @@ pub struct Pool {
     counters: Counters,
     /// Pending outbound bytes across all nodes (for the memory budget).
     total_pending: ByteCount,
+    /// Admitted and healthy nodes, kept up to date by every input (for the panic threshold).
+    census: Census,
+    /// In panic mode: quarantine is ignored.
+    panic: bool,
+    /// Transparent retries a node handed back, routed before the input returns.
+    retry: Vec<Retry>,
     shut_down: bool,
 }
 
@@ -138,6 +144,9 @@ impl Pool {
             transmit: VecDeque::new(),
             counters: Counters::default(),
             total_pending: ByteCount::default(),
+            census: Census::default(),
+            panic: false,
+            retry: Vec::new(),
             shut_down: false,
         })
     }
@@ -159,7 +168,7 @@ impl Pool {
     /// Adds a node, enabled, with restart epoch 0. No connection is opened until a request or
     /// [`connect`](Self::connect) needs one.
     pub fn add_node(&mut self, now: Instant, addr: SocketAddr) -> NodeId {
-        self.clock.advance(now);
+        let now = self.clock.advance(now);
         let index = match self.free_nodes.pop() {
             Some(index) => index,
             None => {
@@ -175,7 +184,10 @@ impl Pool {
             index,
             generation: slot.generation,
         };
-        slot.node = Some(Node::new(id, addr));
+        let node = Node::new(id, addr);
+        self.census.add(node.census());
+        slot.node = Some(node);
+        self.update_panic(now);
         id
     }
 
@@ -244,7 +256,7 @@ impl Pool {
     /// waiting for a request. Refused for a quarantined node (the failure detector probes it)
     /// and after shutdown.
     pub fn connect(&mut self, now: Instant, node: NodeId) -> Result<(), HandleError> {
-        if self.shut_down || self.node(node)?.is_quarantined() {
+        if self.shut_down || (self.node(node)?.is_quarantined() && !self.panic) {
             return Err(HandleError::WrongState);
         }
         self.command(now, node, Node::demand_connection)
@@ -280,8 +292,11 @@ impl Pool {
     ) -> Result<RequestId, SubmitError> {
         let now = self.clock.advance(now);
         let (node, cost) = self.admit(now, target, deadline, frame.len())?;
+        let pinned = matches!(target, Target::Node(_));
         let id = self
-            .command(now, node, |n, sink| n.enqueue(sink, deadline, frame, cost))
+            .command(now, node, |n, sink| {
+                n.enqueue(sink, deadline, frame, cost, pinned)
+            })
             .map_err(|_| SubmitError::StaleHandle)?;
         Ok(id)
     }
@@ -606,6 +621,12 @@ impl Pool {
         self.node(node).ok().map(Node::is_quarantined)
     }
 
+    /// Whether the pool is in panic mode: too few admitted nodes are healthy, so quarantine
+    /// is ignored ([`Config::panic_threshold`]).
+    pub fn in_panic(&self) -> bool {
+        self.panic
+    }
+
     /// Pending outbound bytes across all nodes.
     pub fn total_pending_bytes(&self) -> u64 {
         self.total_pending.get()
@@ -632,6 +653,11 @@ impl Pool {
         &self.requests
     }
 
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn census(&self) -> Census {
+        self.census
+    }
+
     /// Slots in the node table (live or free), for selection's offset.
     pub(crate) fn node_slots(&self) -> usize {
         self.nodes.len()
@@ -651,9 +677,22 @@ impl Pool {
         self.nodes.iter().filter_map(|s| s.node.as_ref())
     }
 
-    /// Runs `f` on the node's machine with a sink borrowed from the pool. The one place a node
-    /// is looked up by its handle for a change.
+    /// Runs `f` on the node's machine with a sink borrowed from the pool, then routes any
+    /// transparent retries it handed back and updates panic mode. The one place a node is
+    /// looked up by its handle for a change.
     fn with_node<R>(
+        &mut self,
+        now: Instant,
+        id: NodeId,
+        f: impl FnOnce(&mut Node, &mut Sink<'_>) -> R,
+    ) -> Result<R, HandleError> {
+        let result = self.run_node(now, id, f)?;
+        self.route_retries(now);
+        self.update_panic(now);
+        Ok(result)
+    }
+
+    fn run_node<R>(
         &mut self,
         now: Instant,
         id: NodeId,
@@ -665,10 +704,14 @@ impl Pool {
             .and_then(|s| s.node.as_mut())
             .filter(|n| n.id() == id)
             .ok_or(HandleError::StaleNode)?;
+        let before = node.census();
         let mut sink = Sink {
             now,
             config: &self.config,
             shut_down: self.shut_down,
+            panic: self.panic,
+            census: self.census,
+            retry: &mut self.retry,
             rng: &mut self.rng,
             timers: &mut self.timers,
             actions: &mut self.actions,
@@ -678,7 +721,77 @@ impl Pool {
             counters: &mut self.counters,
             total_pending: &mut self.total_pending,
         };
-        Ok(f(node, &mut sink))
+        let result = f(node, &mut sink);
+        let after = node.census();
+        self.census.remove(before);
+        self.census.add(after);
+        Ok(result)
+    }
+
+    /// Queues each transparent retry once more: on its own node if it was submitted to that
+    /// node, else where selection says, within its deadline; ends it with its first outcome
+    /// when nothing can take it.
+    fn route_retries(&mut self, now: Instant) {
+        while let Some(retry) = self.retry.pop() {
+            let Some(r) = self.requests.get(retry.id) else {
+                continue;
+            };
+            let (pinned, node, deadline) = (r.pinned, r.node, r.deadline);
+            let target = if pinned {
+                Some(node)
+            } else {
+                match self.pick(now) {
+                    Selection::Ready(id) | Selection::Connecting(id) | Selection::Connect(id) => {
+                        Some(id)
+                    }
+                    Selection::None { .. } => None,
+                }
+            };
+            let fits = deadline >= now
+                && target.is_some_and(|t| {
+                    self.node(t).is_ok_and(|n| {
+                        n.selectable(now, self.panic) && self.room(n, retry.cost).is_ok()
+                    })
+                });
+            match target {
+                Some(t) if fits => {
+                    let Retry {
+                        id, frame, cost, ..
+                    } = retry;
+                    let _ = self.run_node(now, t, |n, sink| n.requeue(sink, id, frame, cost));
+                }
+                _ => {
+                    let r = self.requests.remove(retry.id);
+                    if let Some(r) = r {
+                        self.events.push_back(Event::RequestDone {
+                            id: retry.id,
+                            node: r.node,
+                            outcome: retry.outcome,
+                            sent: Sent::Nothing,
+                            retried: r.retried,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Enters or leaves panic mode as the census says, announcing the change.
+    fn update_panic(&mut self, now: Instant) {
+        let panic = self.census.panics(self.config.panic_threshold);
+        if panic == self.panic {
+            return;
+        }
+        self.panic = panic;
+        if panic {
+            self.counters.panics += 1;
+        }
+        self.events.push_back(Event::PanicMode {
+            entered: panic,
+            healthy: self.census.healthy,
+            admitted: self.census.admitted,
+            at: now,
+        });
     }
 
     /// An application command on one node: clamps `now`, runs it, tidies the timers.
@@ -747,7 +860,7 @@ impl Pool {
                 if !a.enabled {
                     return Err(SubmitError::NodeUnavailable(Unavailable::Disabled));
                 }
-                if a.quarantine.is_some() {
+                if a.quarantine.is_some() && !self.panic {
                     return Err(SubmitError::NodeUnavailable(Unavailable::Quarantined));
                 }
                 if now < a.throttled_until {
@@ -764,24 +877,35 @@ impl Pool {
             },
         };
         let n = self.node(node).map_err(|_| SubmitError::StaleHandle)?;
+        let cost = (len as u64).saturating_add(self.config.per_frame_overhead);
+        match self.room(n, cost) {
+            Ok(()) => Ok((node, cost)),
+            Err(e) => {
+                let counter = match e {
+                    SubmitError::NotWritable => &mut self.counters.unwritable_rejections,
+                    SubmitError::InFlightLimit => &mut self.counters.in_flight_rejections,
+                    _ => &mut self.counters.memory_budget_rejections,
+                };
+                *counter += 1;
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether the node can queue a frame costing `cost` now: writable, under its in-flight
+    /// cap, and within the memory budget (and the byte count's range).
+    fn room(&self, n: &Node, cost: u64) -> Result<(), SubmitError> {
         if !n.outbound.is_writable() {
-            self.counters.unwritable_rejections += 1;
             return Err(SubmitError::NotWritable);
         }
         if n.requests() >= self.config.max_in_flight as usize {
-            self.counters.in_flight_rejections += 1;
             return Err(SubmitError::InFlightLimit);
         }
-        let cost = (len as u64).checked_add(self.config.per_frame_overhead);
-        match cost {
-            Some(cost) if self.total_pending.fits(cost) && !self.over_budget(n, cost) => {
-                Ok((node, cost))
-            }
-            _ => {
-                self.counters.memory_budget_rejections += 1;
-                Err(SubmitError::MemoryBudget)
-            }
+        let overflows = cost == u64::MAX || !self.total_pending.fits(cost);
+        if overflows || self.over_budget(n, cost) {
+            return Err(SubmitError::MemoryBudget);
         }
+        Ok(())
     }
 
     /// The global memory budget: once queuing `cost` more would exceed it, a connection may

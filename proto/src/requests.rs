@@ -27,7 +27,10 @@ pub(crate) struct Request {
     pub(crate) node: NodeId,
     pub(crate) deadline: Instant,
     pub(crate) stage: Stage,
+    /// Queued once more after its first connection failed or was evicted unsent.
     pub(crate) retried: bool,
+    /// Submitted to a named node (a transparent retry stays on it).
+    pub(crate) pinned: bool,
     pub(crate) ended: bool,
 }
 
@@ -126,6 +129,7 @@ mod tests {
             deadline: Instant::ZERO,
             stage: Stage::Queued { seq: 0 },
             retried: false,
+            pinned: false,
             ended: false,
         }
     }

@@ -39,7 +39,8 @@ impl Pool {
         let mut disconnected: Option<(u32, Option<Instant>, NodeId)> = None;
         let (mut ready_seen, mut ready_full) = (0, 0);
         let candidates = (0..count).filter_map(|i| self.node_at((offset + i) % count));
-        for node in candidates.filter(|n| n.admitted(now)) {
+        let panic = self.in_panic();
+        for node in candidates.filter(|n| n.selectable(now, panic)) {
             let load = node.requests();
             match node.state() {
                 NodeState::Ready => {

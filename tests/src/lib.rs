@@ -147,7 +147,8 @@ pub fn test_config() -> Config {
     config.write_timeout = Duration::from_millis(500);
     config.socket.keepalive = None;
     config.socket.user_timeout = None;
-    config.quarantine_after = 1000;
+    config.quarantine_after_failures = 1000;
+    config.quarantine_after_timeouts = 1000;
     config
 }
 

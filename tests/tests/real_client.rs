@@ -186,7 +186,8 @@ async fn shutdown_ends_every_pending_request_and_later_calls(runtime: Arc<dyn Ru
 async fn connect_on_a_quarantined_node_says_why_it_is_refused(runtime: Arc<dyn Runtime>) {
     let port = RefusingPort::new();
     let mut config = test_config();
-    config.quarantine_after = 1;
+    config.quarantine_after_failures = 1;
+    config.quarantine_after_timeouts = 1;
     let client = ClientBuilder::new(config)
         .node(port.addr())
         .build(Arc::clone(&runtime))

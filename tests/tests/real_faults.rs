@@ -411,7 +411,8 @@ async fn eviction_closes_the_connection_and_the_next_send_reconnects(runtime: Ar
     let peer = Peer::start(Behaviour::Echo);
     // One counted failure would quarantine the node: eviction must not count as one.
     let mut config = test_config();
-    config.quarantine_after = 1;
+    config.quarantine_after_failures = 1;
+    config.quarantine_after_timeouts = 1;
     let (client, node, mut events) = start(&runtime, config, peer.addr());
     let first = client
         .send(Target::Node(node), &b"one"[..], Duration::from_secs(5))

@@ -119,7 +119,8 @@ fn a_syn_blackhole_costs_one_setup_timeout_not_127_seconds() {
 #[test]
 fn a_blackholed_node_alone_gets_growing_setup_timeouts() {
     let mut config = exact();
-    config.quarantine_after = 1_000;
+    config.quarantine_after_failures = 1_000;
+    config.quarantine_after_timeouts = 1_000;
     let mut w = World::new(config, vec![peer(Server::Blackhole)]);
     let mut f = load(Target::Best, secs(200));
     w.run_until(at(secs(100)), Some((secs(1), &mut f)));
@@ -174,7 +175,8 @@ fn a_restart_on_the_same_address_never_delivers_the_stale_backlog() {
     // sees a FIN or RST.
     let mut config = exact();
     config.write_timeout = secs(60); // only deadlines and eviction act here
-    config.quarantine_after = 1_000;
+    config.quarantine_after_failures = 1_000;
+    config.quarantine_after_timeouts = 1_000;
     config.max_in_flight = 10_000;
     let mut w = World::new(config, vec![peer(Server::Healthy { latency: ms(5) })]);
     let node = w.nodes[0];

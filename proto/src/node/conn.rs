@@ -4,11 +4,12 @@
 use alloc::vec::Vec;
 
 use super::table::Input;
-use super::{Conn, Node, Sink};
+use super::{Conn, Node, Retry, Sink};
 use crate::event::{
-    Action, CloseReason, Event, EvictReason, NodeState, Outcome, QuarantineCause, Readmission,
+    Action, CloseReason, Event, EvictReason, NodeState, Outcome, QuarantineCause, Readmission, Sent,
 };
 use crate::ids::RequestId;
+use crate::outbound::Frame;
 use crate::timers::NodeTimer;
 
 impl Node {
@@ -178,7 +179,7 @@ impl Node {
             let conn = self.conn_handle(c.generation);
             sink.actions.push_back(Action::Close { conn, reason });
         }
-        self.fail_all(sink, &Outcome::ConnectionLost(reason));
+        self.fail_all(sink, reason);
 
         let draw = sink.rng.next_unit();
         if conn.is_some() {
@@ -227,7 +228,7 @@ impl Node {
             self.probe_failed(sink);
         } else if counts
             && self.admission.quarantine.is_none()
-            && self.failures >= sink.config.quarantine_after
+            && self.failures >= sink.config.quarantine_after_failures
         {
             self.quarantine(sink, QuarantineCause::ConnectionFailures(reason));
         }
@@ -244,16 +245,37 @@ impl Node {
         }
     }
 
-    /// Ends every request the node holds with `outcome` and frees them; its pending bytes
-    /// leave the global total.
-    fn fail_all(&mut self, sink: &mut Sink<'_>, outcome: &Outcome) {
-        let released = self.outbound.pending();
-        let mut ids: Vec<RequestId> = self.outbound.drain().map(|f| f.id).collect();
-        ids.append(&mut self.awaiting);
-        sink.total_pending.release(released);
-        for id in ids {
+    /// Ends every request the node holds with "connection lost" and frees them; its pending
+    /// bytes leave the global total. With [`Config::retry_unsent`](crate::Config), a request
+    /// of which not one byte was handed out goes to the pool for one more try instead.
+    fn fail_all(&mut self, sink: &mut Sink<'_>, reason: CloseReason) {
+        let outcome = Outcome::ConnectionLost(reason);
+        let retry = sink.config.retry_unsent
+            && !sink.shut_down
+            && !matches!(reason, CloseReason::NodeRemoved | CloseReason::Shutdown);
+        sink.total_pending.release(self.outbound.pending());
+        let frames: Vec<Frame> = self.outbound.drain().collect();
+        for frame in frames {
+            let id = frame.id;
+            let Some(r) = sink.requests.get(id).filter(|r| r.node == self.id) else {
+                continue;
+            };
+            if retry && frame.untouched() && !r.retried && !r.ended {
+                self.requests -= 1;
+                sink.retry.push(Retry {
+                    id,
+                    frame: frame.bytes,
+                    cost: frame.cost,
+                    outcome: outcome.clone(),
+                });
+                continue;
+            }
+            sink.end_request(id, outcome.clone(), frame.sent());
+            self.free_request(sink, id);
+        }
+        for id in core::mem::take(&mut self.awaiting) {
             if sink.requests.get(id).is_some_and(|r| r.node == self.id) {
-                sink.end_request(id, outcome.clone());
+                sink.end_request(id, outcome.clone(), Sent::Fully);
                 self.free_request(sink, id);
             }
         }
@@ -279,18 +301,21 @@ impl Node {
         });
 
         let before = self.outbound.pending();
-        let mut gone = core::mem::take(&mut self.awaiting);
+        let mut gone: Vec<(RequestId, Sent)> = core::mem::take(&mut self.awaiting)
+            .into_iter()
+            .map(|id| (id, Sent::Fully))
+            .collect();
         let requests = &*sink.requests;
         self.outbound.keep_for_retry(
             |f| requests.get(f.id).is_some_and(|r| !r.retried && !r.ended),
-            |f| gone.push(f.id),
+            |f| gone.push((f.id, f.sent())),
             sink.config.low_watermark,
         );
         sink.total_pending.release(before - self.outbound.pending());
         self.compact_outbound(sink);
-        for id in gone {
+        for (id, sent) in gone {
             if sink.requests.get(id).is_some_and(|r| r.node == self.id) {
-                sink.end_request(id, Outcome::Evicted(reason));
+                sink.end_request(id, Outcome::Evicted(reason), sent);
                 self.free_request(sink, id);
             }
         }
@@ -304,7 +329,8 @@ impl Node {
         sink.counters.eviction_retries += kept;
         let at = sink.now;
         self.apply(sink, Input::Evicted { reason, at });
-        if kept > 0 && self.admission.quarantine.is_none() && !sink.shut_down {
+        let admitted = sink.panic || self.admission.quarantine.is_none();
+        if kept > 0 && admitted && !sink.shut_down {
             self.open(sink, false);
         }
     }

@@ -13,6 +13,11 @@ impl Node {
         if sink.shut_down {
             return;
         }
+        // In panic mode (counting this node's quarantine) a maybe-bad node beats no node: its
+        // connection and queued requests stay.
+        let mut census = sink.census;
+        census.healthy -= self.census().healthy;
+        let panic = census.panics(sink.config.panic_threshold);
         self.admission.quarantine = Some(Quarantine {
             probes_failed: 0,
             exhausted: false,
@@ -23,7 +28,7 @@ impl Node {
             cause,
             at: sink.now,
         });
-        if self.conn.is_some() || self.requests > 0 {
+        if !panic && (self.conn.is_some() || self.requests > 0) {
             self.close(sink, CloseReason::Quarantined, true);
         }
         self.schedule_probe(sink);
@@ -55,9 +60,15 @@ impl Node {
             if sink.config.after_last_probe == AfterLastProbe::Readmit {
                 self.readmit(sink, Readmission::GaveUp);
             }
-        } else if self.conn.is_none() && !sink.shut_down {
+        } else if sink.shut_down {
+        } else if self.conn.is_none() {
             sink.counters.probes += 1;
             self.open(sink, true);
+        } else {
+            // In panic mode the node may already have an ordinary connection: its requests
+            // are the probe. Look again after the same delay.
+            let at = sink.now + sink.config.probe_delay(q.probes_failed);
+            self.arm(sink, NodeTimer::Probe, at);
         }
     }
 

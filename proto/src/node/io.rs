@@ -4,7 +4,9 @@
 use bytes::Bytes;
 
 use super::{Node, Sink};
-use crate::event::{CloseReason, Event, HandleError, Outcome, Phase, QuarantineCause, Violation};
+use crate::event::{
+    CloseReason, Event, HandleError, Outcome, Phase, QuarantineCause, Readmission, Sent, Violation,
+};
 use crate::ids::{ConnId, RequestId};
 use crate::outbound::{Flip, Frame};
 use crate::requests::{Request, Stage};
@@ -12,7 +14,7 @@ use crate::timers::{NodeTimer, TimerKey};
 
 impl Sink<'_> {
     /// Emits the request's one and only [`Event::RequestDone`].
-    pub(crate) fn end_request(&mut self, id: RequestId, outcome: Outcome) {
+    pub(crate) fn end_request(&mut self, id: RequestId, outcome: Outcome, sent: Sent) {
         let Some(r) = self.requests.get_mut(id) else {
             return;
         };
@@ -25,6 +27,7 @@ impl Sink<'_> {
             id,
             node,
             outcome,
+            sent,
             retried,
         });
     }
@@ -53,8 +56,38 @@ impl Node {
         deadline: crate::Instant,
         frame: Bytes,
         cost: u64,
+        pinned: bool,
     ) -> RequestId {
         let id = sink.requests.next_id();
+        let inserted = sink.requests.insert(Request {
+            node: self.id,
+            deadline,
+            stage: Stage::Queued { seq: 0 },
+            retried: false,
+            pinned,
+            ended: false,
+        });
+        debug_assert_eq!(inserted, id);
+        sink.counters.submitted += 1;
+        let at = deadline.expiry_after(core::time::Duration::ZERO);
+        sink.timers.push(at, TimerKey::Request(id));
+        self.queue(sink, id, frame, cost);
+        id
+    }
+
+    /// Takes over a live request whose first connection (of this node or another) failed
+    /// with not one byte sent: a transparent retry.
+    pub(crate) fn requeue(&mut self, sink: &mut Sink<'_>, id: RequestId, frame: Bytes, cost: u64) {
+        if let Some(r) = sink.requests.get_mut(id) {
+            debug_assert!(!r.retried, "{id:?} retried twice");
+            r.node = self.id;
+            r.retried = true;
+        }
+        sink.counters.transparent_retries += 1;
+        self.queue(sink, id, frame, cost);
+    }
+
+    fn queue(&mut self, sink: &mut Sink<'_>, id: RequestId, frame: Bytes, cost: u64) {
         let (seq, flip) = self.outbound.push(
             Frame {
                 id,
@@ -67,27 +100,28 @@ impl Node {
             },
             sink.config.high_watermark,
         );
+        if let Some(r) = sink.requests.get_mut(id) {
+            r.stage = Stage::Queued { seq };
+        }
         self.requests += 1;
-        let inserted = sink.requests.insert(Request {
-            node: self.id,
-            deadline,
-            stage: Stage::Queued { seq },
-            retried: false,
-            ended: false,
-        });
-        debug_assert_eq!(inserted, id);
         sink.total_pending.add(cost);
-        sink.counters.submitted += 1;
-        sink.timers.push(
-            deadline.expiry_after(core::time::Duration::ZERO),
-            TimerKey::Request(id),
-        );
         sink.writability(self.id, flip, self.outbound.pending());
         self.rearm_write_timer(sink);
         self.schedule_transmit(sink);
         self.after_request_change(sink);
         self.demand_connection(sink);
-        id
+    }
+
+    /// How much of the request's frame the kernel has accepted, from where it is.
+    pub(super) fn sent(&self, stage: Stage) -> Sent {
+        match stage {
+            Stage::Queued { .. } => Sent::Nothing,
+            Stage::Sent { .. } => Sent::Fully,
+            Stage::Writing { seq } => match self.outbound.get(seq) {
+                Some(f) => f.sent(),
+                None => Sent::Unknown,
+            },
+        }
     }
 
     // ---------------------------------------------------------------------------------------
@@ -286,12 +320,17 @@ impl Node {
             c.partial_since = None;
             self.timers.stop(NodeTimer::Frame);
         }
-        let ended = sink.requests.get(id).is_some_and(|r| r.ended);
+        let Some(r) = sink.requests.get(id) else {
+            return Ok(());
+        };
+        let (ended, sent) = (r.ended, self.sent(r.stage));
         if !ended {
             sink.counters.responses += 1;
-            sink.end_request(id, Outcome::Response(payload));
+            sink.end_request(id, Outcome::Response(payload), sent);
             self.timeouts = 0;
             self.failures = 0;
+            // In panic mode a quarantined node still serves; an answer is the best proof.
+            self.readmit(sink, Readmission::Answered);
         }
         self.free_request(sink, id);
         Ok(())
@@ -376,7 +415,7 @@ impl Node {
         let Some(stage) = sink.requests.get(id).map(|r| r.stage) else {
             return;
         };
-        sink.end_request(id, outcome);
+        sink.end_request(id, outcome, self.sent(stage));
         if let Stage::Queued { seq } = stage {
             self.drop_unsent(sink, id, seq);
             self.free_request(sink, id);
@@ -400,7 +439,8 @@ impl Node {
         let phase = Phase::InFlight;
         self.abandon(sink, id, Outcome::DeadlineExceeded { phase });
         self.timeouts += 1;
-        if self.timeouts >= sink.config.quarantine_after && self.admission.quarantine.is_none() {
+        let threshold = sink.config.quarantine_after_timeouts;
+        if self.timeouts >= threshold && self.admission.quarantine.is_none() {
             self.quarantine(sink, QuarantineCause::RequestTimeouts);
         }
     }

@@ -20,7 +20,9 @@ use core::net::SocketAddr;
 
 use crate::config::Config;
 use crate::counters::Counters;
-use crate::event::{Action, Event, NodeState};
+use bytes::Bytes;
+
+use crate::event::{Action, Event, NodeState, Outcome};
 use crate::ids::{ConnId, NodeId, RequestId};
 use crate::outbound::{ByteCount, Outbound};
 use crate::requests::Requests;
@@ -41,6 +43,12 @@ pub(crate) struct Sink<'a> {
     pub(crate) now: Instant,
     pub(crate) config: &'a Config,
     pub(crate) shut_down: bool,
+    /// The pool is in panic mode: quarantine is ignored.
+    pub(crate) panic: bool,
+    /// The admitted and healthy nodes before this input.
+    pub(crate) census: Census,
+    /// Requests to queue once more elsewhere, routed by the pool after this input.
+    pub(crate) retry: &'a mut Vec<Retry>,
     pub(crate) rng: &'a mut Rng,
     pub(crate) timers: &'a mut TimerHeap,
     pub(crate) actions: &'a mut VecDeque<Action>,
@@ -51,6 +59,43 @@ pub(crate) struct Sink<'a> {
     pub(crate) counters: &'a mut Counters,
     /// Pending outbound bytes across all nodes.
     pub(crate) total_pending: &'a mut ByteCount,
+}
+
+/// Admitted (enabled, not closed) nodes, and how many of them are healthy (not
+/// quarantined): the panic threshold's inputs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Census {
+    pub(crate) admitted: usize,
+    pub(crate) healthy: usize,
+}
+
+impl Census {
+    /// Whether the healthy share is below `threshold` (zero disables panic mode).
+    pub(crate) fn panics(self, threshold: f64) -> bool {
+        threshold > 0.0
+            && self.admitted > 0
+            && (self.healthy as f64) < threshold * self.admitted as f64
+    }
+
+    pub(crate) fn add(&mut self, other: Self) {
+        self.admitted += other.admitted;
+        self.healthy += other.healthy;
+    }
+
+    pub(crate) fn remove(&mut self, other: Self) {
+        self.admitted -= other.admitted;
+        self.healthy -= other.healthy;
+    }
+}
+
+/// A request whose first connection failed with not one byte of it sent: to be queued once
+/// more (transparent retry), or ended with `outcome` if nothing can take it.
+#[derive(Debug)]
+pub(crate) struct Retry {
+    pub(crate) id: RequestId,
+    pub(crate) frame: Bytes,
+    pub(crate) cost: u64,
+    pub(crate) outcome: Outcome,
 }
 
 /// The connection a node currently has (from `Connecting` to `Closing`).
@@ -211,12 +256,22 @@ impl Node {
         (self.failed_attempts, self.last_attempt)
     }
 
-    /// Whether the application and the failure detector allow new requests and probes.
-    pub(crate) fn admitted(&self, now: Instant) -> bool {
+    /// Whether the application and the failure detector allow new requests (in panic mode,
+    /// quarantine is ignored).
+    pub(crate) fn selectable(&self, now: Instant, panic: bool) -> bool {
         self.admission.enabled
-            && self.admission.quarantine.is_none()
+            && (panic || self.admission.quarantine.is_none())
             && now >= self.admission.throttled_until
             && self.state != NodeState::Closed
+    }
+
+    /// This node's part of the pool's [`Census`].
+    pub(crate) fn census(&self) -> Census {
+        let admitted = self.admission.enabled && self.state != NodeState::Closed;
+        Census {
+            admitted: usize::from(admitted),
+            healthy: usize::from(admitted && self.admission.quarantine.is_none()),
+        }
     }
 
     /// Whether the heap entry `(at, timer)` is still armed.
@@ -300,7 +355,8 @@ impl Node {
         match timer {
             NodeTimer::Setup => self.setup_timed_out(sink),
             NodeTimer::Reconnect => {
-                if self.want_connection && self.admission.quarantine.is_none() && !sink.shut_down {
+                let admitted = sink.panic || self.admission.quarantine.is_none();
+                if self.want_connection && admitted && !sink.shut_down {
                     self.demand_connection(sink);
                 }
             }

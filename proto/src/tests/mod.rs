@@ -1,6 +1,7 @@
 //! Scenario tests with a hand-driven clock: a [`Harness`] owns a pool and the time, plays the
 //! adapter's part on request, and collects what the pool emits.
 
+mod availability;
 mod lifecycle;
 mod pool;
 mod props;
@@ -30,7 +31,8 @@ pub(crate) fn exact() -> Config {
     let mut c = Config::default();
     c.setup_timeout_jitter = 0.0;
     c.reconnect_jitter = 0.0;
-    c.quarantine_after = u32::MAX;
+    c.quarantine_after_failures = u32::MAX;
+    c.quarantine_after_timeouts = u32::MAX;
     c
 }
 

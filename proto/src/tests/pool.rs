@@ -16,7 +16,9 @@ use crate::{
 
 fn pool_config() -> crate::Config {
     let mut c = exact();
-    c.quarantine_after = 3;
+    c.quarantine_after_failures = 3;
+    c.quarantine_after_timeouts = 3;
+    c.panic_threshold = 0.0; // these tests are about quarantine itself; see tests/panic.rs
     c
 }
 
@@ -124,7 +126,8 @@ fn proposal_rule_and_shipped_rule_differ_on_the_same_history() {
     let run = |rule: SelectionRule| {
         let mut config = pool_config();
         config.selection = rule;
-        config.quarantine_after = 100;
+        config.quarantine_after_failures = 100;
+        config.quarantine_after_timeouts = 100;
         let mut h = Harness::new(config);
         let a = h.add();
         let b = h.add();

@@ -32,10 +32,14 @@ fn long_sessions_keep_every_invariant() {
         reached.unwritable_rejections += c.unwritable_rejections;
         reached.setup_timeouts += c.setup_timeouts;
         reached.eviction_retries += c.eviction_retries;
+        reached.transparent_retries += c.transparent_retries;
+        reached.panics += c.panics;
+        reached.protocol_violations += c.protocol_violations;
     }
     // The sessions must reach every mechanism, or the checks above prove little.
     std::println!("{reached:?}");
     assert!(reached.responses > 0 && reached.write_timeouts > 0 && reached.evictions > 0);
     assert!(reached.quarantines > 0 && reached.readmissions > 0 && reached.setup_timeouts > 0);
     assert!(reached.queued_deadline_drops > 0 && reached.unwritable_rejections > 0);
+    assert!(reached.transparent_retries > 0 && reached.panics > 0);
 }
