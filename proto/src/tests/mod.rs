@@ -131,6 +131,15 @@ impl Harness {
         self.expect_open()
     }
 
+    /// Fails one connect attempt of `node` (waiting out its backoff first).
+    pub(crate) fn refuse(&mut self, node: NodeId) {
+        let (conn, _) = self.open(node);
+        self.pool
+            .handle_connect_failed(self.now, conn, crate::Failure::Refused)
+            .unwrap();
+        self.collect();
+    }
+
     /// Asks for a connection and completes it: returns the ready connection.
     pub(crate) fn ready(&mut self, node: NodeId) -> ConnId {
         self.pool.connect(self.now, node).unwrap();
