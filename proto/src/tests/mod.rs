@@ -2,6 +2,7 @@
 //! adapter's part on request, and collects what the pool emits.
 
 mod availability;
+mod in_order;
 mod lifecycle;
 mod pool;
 mod props;
