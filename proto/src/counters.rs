@@ -42,6 +42,8 @@ pub struct Counters {
     pub submitted: u64,
     /// Requests answered.
     pub responses: u64,
+    /// Responses to requests that had already ended (deadline, cancel): consumed, dropped.
+    pub late_responses: u64,
     /// Requests queued once more, with not one byte sent, after their connection failed or
     /// was evicted ([`Config::retry_unsent`](crate::Config::retry_unsent)).
     pub transparent_retries: u64,

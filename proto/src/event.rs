@@ -328,6 +328,8 @@ pub enum Violation {
     MalformedHeader,
     /// A response for a request that is not in flight on that connection.
     UnknownRequest(RequestId),
+    /// A response on an in-order connection with no request in flight on it.
+    UnexpectedResponse,
     /// The local codec failed on what the peer sent (it panicked): the bytes cannot be trusted,
     /// so only closing the connection is safe.
     Undecodable,

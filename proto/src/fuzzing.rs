@@ -61,6 +61,8 @@ pub enum Op {
         pick: u16,
     },
     RespondUnknown(u8, u64),
+    /// The peer answers the oldest complete frame it received, as an in-order protocol does.
+    RespondInOrder(u8),
     Closed(u8, u8),
     Violation(u8),
     /// A report on a connection from the list of every connection ever opened (mostly stale).
@@ -268,6 +270,7 @@ impl Session {
             }
             Op::Write { node, accept } => self.write(node, usize::from(accept)),
             Op::Respond { node, pick } => self.respond(node, pick),
+            Op::RespondInOrder(i) => self.respond_in_order(i),
             Op::RespondUnknown(i, raw) => {
                 self.report(i, |p, c| {
                     p.handle_response(now, c, RequestId::from_u64(raw), Bytes::new())
@@ -448,6 +451,26 @@ impl Session {
             result,
             Ok(()),
             "a response to a request the peer received is accepted"
+        );
+    }
+
+    fn respond_in_order(&mut self, i: u8) {
+        let Some(conn) = self.conn(i) else { return };
+        let Some(stream) = self.streams.get_mut(&conn) else {
+            return;
+        };
+        if stream.unanswered.is_empty() {
+            return;
+        }
+        let oldest = stream.unanswered.remove(0);
+        let live = self.open.contains(&oldest);
+        let result = self
+            .pool
+            .handle_next_response(self.now, conn, Bytes::from_static(b"ok"));
+        assert_eq!(
+            result,
+            Ok(live.then_some(oldest)),
+            "an in-order response answers the oldest request the peer received"
         );
     }
 

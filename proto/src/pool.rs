@@ -429,8 +429,10 @@ impl Pool {
         })
     }
 
-    /// A response to `id` arrived on `conn`. A response for a request that is not in flight on
-    /// that connection is a protocol violation: proto closes the connection (an
+    /// A response to `id` arrived on `conn` (a protocol whose responses carry the request's
+    /// correlation id; see [`handle_next_response`](Self::handle_next_response) for in-order
+    /// protocols). A response for a request that is not in flight on that connection is a
+    /// protocol violation: proto closes the connection (an
     /// [`Action::Close`] follows) and returns [`HandleError::UnknownRequest`]. A late response
     /// to a request that already ended (deadline, cancel) is dropped quietly.
     pub fn handle_response(
@@ -442,6 +444,24 @@ impl Pool {
     ) -> Result<(), HandleError> {
         self.report(now, conn, NodeState::is_established, |n, sink| {
             n.response(sink, conn, id, payload)
+        })
+    }
+
+    /// A response arrived on `conn` for an in-order protocol (PostgreSQL, memcached, Redis,
+    /// HTTP/1.1): it answers the oldest request written on `conn` and not yet answered, which
+    /// is returned. A request that ended early (deadline, cancel) after a byte of it was
+    /// written keeps its place: its late response is consumed, counted
+    /// ([`Counters::late_responses`]) and dropped, and `Ok(None)` says so; it is never handed
+    /// to the request behind it. A response with nothing in flight closes the connection
+    /// ([`Violation::UnexpectedResponse`]; an [`Action::Close`] follows).
+    pub fn handle_next_response(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        payload: Bytes,
+    ) -> Result<Option<RequestId>, HandleError> {
+        self.report(now, conn, NodeState::is_established, |n, sink| {
+            n.next_response(sink, conn, payload)
         })
     }
 
@@ -821,13 +841,13 @@ impl Pool {
 
     /// Every adapter report: clamps `now`, checks that `conn` is current and in a state
     /// `state_ok` accepts (else nothing changes), applies `apply`, then tidies the timers.
-    fn report(
+    fn report<R>(
         &mut self,
         now: Instant,
         conn: ConnId,
         state_ok: impl Fn(NodeState) -> bool,
-        apply: impl FnOnce(&mut Node, &mut Sink<'_>) -> Result<(), HandleError>,
-    ) -> Result<(), HandleError> {
+        apply: impl FnOnce(&mut Node, &mut Sink<'_>) -> Result<R, HandleError>,
+    ) -> Result<R, HandleError> {
         let node = self.node(conn.node).map_err(|_| HandleError::StaleConn)?;
         if !node.is_current(conn) {
             return Err(HandleError::StaleConn);

@@ -208,7 +208,7 @@ impl Node {
                     r.stage = Stage::Sent {
                         conn: conn.generation,
                     };
-                    awaiting.push(id);
+                    awaiting.push_back(id);
                     sent += 1;
                     return false;
                 }
@@ -324,7 +324,9 @@ impl Node {
             return Ok(());
         };
         let (ended, sent) = (r.ended, self.sent(r.stage));
-        if !ended {
+        if ended {
+            sink.counters.late_responses += 1;
+        } else {
             sink.counters.responses += 1;
             sink.end_request(id, Outcome::Response(payload), sent);
             self.timeouts = 0;
@@ -334,6 +336,48 @@ impl Node {
         }
         self.free_request(sink, id);
         Ok(())
+    }
+
+    /// A response arrived on `conn` for an in-order protocol: it answers the oldest request
+    /// written on that connection and not yet answered. A request that ended early (deadline,
+    /// cancel) after a byte of it was written keeps its place: its late response is consumed
+    /// here and dropped (`Ok(None)`), never handed to the request behind it. A response with
+    /// nothing in flight closes the connection as a violation.
+    pub(crate) fn next_response(
+        &mut self,
+        sink: &mut Sink<'_>,
+        conn: ConnId,
+        payload: Bytes,
+    ) -> Result<Option<RequestId>, HandleError> {
+        let on_conn = |id: RequestId| {
+            sink.requests.get(id).is_some_and(|r| {
+                r.stage
+                    == Stage::Sent {
+                        conn: conn.generation,
+                    }
+            })
+        };
+        while self.awaiting.front().is_some_and(|&id| !on_conn(id)) {
+            self.awaiting.pop_front(); // answered already, or from an earlier connection
+        }
+        let oldest = match self.awaiting.pop_front() {
+            Some(id) => Some(id),
+            // A frame partly written is the oldest in flight when nothing was written whole.
+            None => self
+                .outbound
+                .front_live()
+                .filter(|f| f.written > 0)
+                .map(|f| f.id),
+        };
+        let Some(id) = oldest else {
+            sink.counters.protocol_violations += 1;
+            let violation = Violation::UnexpectedResponse;
+            self.close(sink, CloseReason::Protocol(violation), true);
+            return Err(HandleError::UnknownRequest);
+        };
+        let live = sink.requests.get(id).is_some_and(|r| !r.ended);
+        self.response(sink, conn, id, payload)?;
+        Ok(live.then_some(id))
     }
 
     /// The adapter decoded what it could: whether part of a response is still buffered. The

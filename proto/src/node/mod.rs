@@ -142,9 +142,10 @@ pub(crate) struct Node {
     /// The generation of the newest connection ever opened (current or closed).
     conn_generation: u32,
     pub(crate) outbound: Outbound,
-    /// Requests fully written and awaiting a response. Removal is lazy: an entry whose request
-    /// has gone is skipped, and the list is compacted when it outgrows the live requests.
-    awaiting: Vec<RequestId>,
+    /// Requests fully written and awaiting a response, in the order they were written (the
+    /// order an in-order protocol answers them). Removal is lazy: an entry whose request has
+    /// gone is skipped, and the list is compacted when it outgrows the live requests.
+    awaiting: VecDeque<RequestId>,
     /// Requests holding a slot for this node: queued, being written, awaiting a response, or
     /// ended by a deadline while in flight (the server may still be working on them).
     requests: usize,
@@ -178,7 +179,7 @@ impl Node {
             conn: None,
             conn_generation: 0,
             outbound: Outbound::new(),
-            awaiting: Vec::new(),
+            awaiting: VecDeque::new(),
             requests: 0,
             admission: Admission {
                 enabled: true,

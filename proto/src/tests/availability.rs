@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use super::{Harness, exact, ms, secs};
 use crate::{
-    Action, CloseReason, Config, Event, EvictReason, Failure, NodeId, Outcome, Phase, Readmission,
+    Action, CloseReason, Config, Event, EvictReason, Failure, Outcome, Phase, Readmission,
     RequestId, Selection, Sent, SubmitError, Target,
 };
 
@@ -18,14 +18,6 @@ fn detector() -> Config {
     c.quarantine_after_timeouts = 3;
     c.panic_threshold = 0.5;
     c
-}
-
-fn refuse(h: &mut Harness, node: NodeId) {
-    let (conn, _) = h.open(node);
-    h.pool
-        .handle_connect_failed(h.now, conn, Failure::Refused)
-        .unwrap();
-    h.collect();
 }
 
 fn panic_events(h: &Harness) -> Vec<bool> {
@@ -121,7 +113,7 @@ fn a_sole_server_killed_and_restarted_is_retried_on_the_reconnect_backoff() {
     let mut h = Harness::new(detector());
     let node = h.add();
     for _ in 0..3 {
-        refuse(&mut h, node); // killed: refused
+        h.refuse(node); // killed: refused
     }
     assert_eq!(h.pool.is_quarantined(node), Some(true));
     assert!(h.pool.in_panic());
@@ -154,7 +146,7 @@ fn with_ten_nodes_one_dead_node_is_quarantined_and_probed_while_nine_serve() {
         h.ready(n);
     }
     for _ in 0..3 {
-        refuse(&mut h, nodes[0]);
+        h.refuse(nodes[0]);
     }
     assert_eq!(h.pool.is_quarantined(nodes[0]), Some(true));
     assert!(!h.pool.in_panic(), "9 of 10 healthy");
@@ -184,7 +176,7 @@ fn with_ten_nodes_six_failing_at_once_the_pool_panics_and_tries_them_all() {
     }
     for round in 0..3 {
         for &n in &nodes[..6] {
-            refuse(&mut h, n);
+            h.refuse(n);
         }
         let _ = round;
     }
@@ -224,7 +216,7 @@ fn a_zero_panic_threshold_keeps_quarantine_strict() {
     let mut h = Harness::new(config);
     let node = h.add();
     for _ in 0..3 {
-        refuse(&mut h, node);
+        h.refuse(node);
     }
     assert!(!h.pool.in_panic());
     let frame = Bytes::from_static(b"x");
@@ -259,9 +251,9 @@ fn connection_failures_and_request_timeouts_have_their_own_thresholds() {
 
     let mut h = Harness::new(h.pool.config().clone());
     let node = h.add();
-    refuse(&mut h, node);
+    h.refuse(node);
     assert_eq!(h.pool.is_quarantined(node), Some(false), "1 failure < 2");
-    refuse(&mut h, node);
+    h.refuse(node);
     assert_eq!(h.pool.is_quarantined(node), Some(true), "the 2nd failure");
 }
 
@@ -436,19 +428,9 @@ fn a_request_is_retried_at_most_once() {
     let mut h = Harness::new(retrying());
     let node = h.add();
     let id = h.submit(node, 10, secs(5));
-    let (conn, _) = h.expect_open();
-    h.pool
-        .handle_connect_failed(h.now, conn, Failure::Refused)
-        .unwrap();
-    h.collect();
+    h.refuse(node);
     assert_eq!(h.outcome(id), None, "retried after the failed connect");
-    let at = h.reconnect_at(node);
-    h.advance_to(at);
-    let (conn, _) = h.expect_open();
-    h.pool
-        .handle_connect_failed(h.now, conn, Failure::Refused)
-        .unwrap();
-    h.collect();
+    h.refuse(node);
     assert_eq!(
         sent_of(&h, id),
         (

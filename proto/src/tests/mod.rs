@@ -2,6 +2,7 @@
 //! adapter's part on request, and collects what the pool emits.
 
 mod availability;
+mod in_order;
 mod lifecycle;
 mod pool;
 mod props;
@@ -129,6 +130,15 @@ impl Harness {
             self.advance_to(at);
         }
         self.expect_open()
+    }
+
+    /// Fails one connect attempt of `node` (waiting out its backoff first).
+    pub(crate) fn refuse(&mut self, node: NodeId) {
+        let (conn, _) = self.open(node);
+        self.pool
+            .handle_connect_failed(self.now, conn, crate::Failure::Refused)
+            .unwrap();
+        self.collect();
     }
 
     /// Asks for a connection and completes it: returns the ready connection.

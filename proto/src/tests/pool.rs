@@ -22,15 +22,6 @@ fn pool_config() -> crate::Config {
     c
 }
 
-/// Fails one connect attempt of `node` (waiting out its backoff first).
-fn refuse(h: &mut Harness, node: NodeId) {
-    let (conn, _) = h.open(node);
-    h.pool
-        .handle_connect_failed(h.now, conn, Failure::Refused)
-        .unwrap();
-    h.collect();
-}
-
 // --- Selection (KIP-601) -----------------------------------------------------------------------
 
 #[test]
@@ -41,7 +32,7 @@ fn selection_prefers_ready_then_connecting_then_disconnected_past_backoff() {
     h.submit(ready, 10, secs(60)); // one in flight: still the best
     h.pool.connect(h.now, connecting).unwrap();
     h.take_actions();
-    refuse(&mut h, backoff); // in its backoff now
+    h.refuse(backoff); // in its backoff now
     let _ = idle; // disconnected, never tried: past its (zero) backoff
     for _ in 0..20 {
         assert_eq!(h.pool.select(h.now), Selection::Ready(ready));
@@ -131,10 +122,10 @@ fn proposal_rule_and_shipped_rule_differ_on_the_same_history() {
         let mut h = Harness::new(config);
         let a = h.add();
         let b = h.add();
-        refuse(&mut h, a);
-        refuse(&mut h, a);
+        h.refuse(a);
+        h.refuse(a);
         h.advance(secs(10));
-        refuse(&mut h, b);
+        h.refuse(b);
         h.advance(secs(10)); // both past their backoff
         let picks: Vec<_> = (0..20).map(|_| h.pool.select(h.now)).collect();
         (picks, a, b)
@@ -156,9 +147,9 @@ fn fewest_failed_attempts_ties_go_to_the_least_recently_attempted() {
     let mut h = Harness::new(pool_config());
     let a = h.add();
     let b = h.add();
-    refuse(&mut h, b);
+    h.refuse(b);
     h.advance(secs(1));
-    refuse(&mut h, a);
+    h.refuse(a);
     h.advance(secs(10));
     for _ in 0..20 {
         assert_eq!(h.pool.select(h.now), Selection::Connect(b));
@@ -198,7 +189,7 @@ fn disabled_quarantined_and_throttled_nodes_are_never_chosen() {
     let until = h.now + secs(5);
     h.pool.throttle(h.now, throttled, until).unwrap();
     for _ in 0..3 {
-        refuse(&mut h, quarantined);
+        h.refuse(quarantined);
     }
     assert_eq!(h.pool.is_quarantined(quarantined), Some(true));
     for _ in 0..50 {
@@ -447,7 +438,7 @@ fn pinot_probe_schedule_with_defaults_is_5_15_35_up_to_5115_s() {
     let mut h = Harness::new(pool_config());
     let n = h.add();
     for _ in 0..3 {
-        refuse(&mut h, n);
+        h.refuse(n);
     }
     assert_eq!(h.pool.is_quarantined(n), Some(true));
     let start = h.now;
@@ -470,7 +461,7 @@ fn after_the_last_probe_the_node_is_readmitted_one_probe_delay_later() {
     let mut h = Harness::new(config);
     let n = h.add();
     for _ in 0..3 {
-        refuse(&mut h, n);
+        h.refuse(n);
     }
     let start = h.now;
     let got = probe_times(&mut h, n, start);
@@ -493,7 +484,7 @@ fn a_successful_probe_on_a_fresh_connection_readmits() {
     let mut h = Harness::new(pool_config());
     let n = h.add();
     for _ in 0..3 {
-        refuse(&mut h, n);
+        h.refuse(n);
     }
     h.take_events();
     h.advance(secs(5));
@@ -610,7 +601,7 @@ fn the_same_failure_reported_twice_counts_once() {
         Some(false),
         "two distinct failures, not six"
     );
-    refuse(&mut h, n);
+    h.refuse(n);
     assert_eq!(h.pool.is_quarantined(n), Some(true));
 }
 
@@ -733,7 +724,7 @@ fn a_readmitted_probe_connection_is_an_ordinary_connection_afterwards() {
     let mut h = Harness::new(pool_config());
     let n = h.add();
     for _ in 0..3 {
-        refuse(&mut h, n);
+        h.refuse(n);
     }
     h.advance(secs(5));
     let (probe, _) = h.expect_open();
