@@ -1,6 +1,7 @@
 //! Scenario tests with a hand-driven clock: a [`Harness`] owns a pool and the time, plays the
 //! adapter's part on request, and collects what the pool emits.
 
+mod lazy;
 mod lifecycle;
 mod pool;
 mod props;
