@@ -231,6 +231,7 @@ impl Pool {
             if n.set_epoch(sink, epoch) {
                 n.readmit(sink, Readmission::Application);
                 n.evict(sink, EvictReason::EpochChanged);
+                n.resume(sink);
             }
         })
     }

@@ -65,6 +65,15 @@ impl Node {
         self.apply(sink, Input::Open { probe });
     }
 
+    /// A wanted connection opens now if its backoff was cut short (a new epoch), instead of
+    /// at the reconnect timer armed for the old backoff.
+    pub(crate) fn resume(&mut self, sink: &mut Sink<'_>) {
+        let admitted = sink.panic || self.admission.quarantine.is_none();
+        if self.want_connection && admitted && !sink.shut_down {
+            self.demand_connection(sink);
+        }
+    }
+
     /// The TCP connect completed: the attempt got further than connecting, so the setup
     /// timeout resets to `S(0)` for the next one.
     pub(crate) fn connected(&mut self, sink: &mut Sink<'_>) {

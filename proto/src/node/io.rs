@@ -481,7 +481,13 @@ impl Node {
         }
         sink.counters.request_timeouts += 1;
         let phase = Phase::InFlight;
+        // Only a request the server may have had counts against the node: a frame handed out
+        // whose write was never reported may yet turn out never to have left.
+        let reached = self.sent(stage) != Sent::Unknown;
         self.abandon(sink, id, Outcome::DeadlineExceeded { phase });
+        if !reached {
+            return;
+        }
         self.timeouts += 1;
         let threshold = sink.config.quarantine_after_timeouts;
         if self.timeouts >= threshold && self.admission.quarantine.is_none() {

@@ -355,12 +355,7 @@ impl Node {
         self.timers.stop(timer);
         match timer {
             NodeTimer::Setup => self.setup_timed_out(sink),
-            NodeTimer::Reconnect => {
-                let admitted = sink.panic || self.admission.quarantine.is_none();
-                if self.want_connection && admitted && !sink.shut_down {
-                    self.demand_connection(sink);
-                }
-            }
+            NodeTimer::Reconnect => self.resume(sink),
             NodeTimer::WriteTimeout => self.write_timed_out(sink),
             NodeTimer::Probe => self.probe_due(sink),
             NodeTimer::Idle => self.idle_expired(sink),

@@ -3,6 +3,7 @@
 
 mod availability;
 mod in_order;
+mod lazy;
 mod lifecycle;
 mod pool;
 mod props;
