@@ -642,6 +642,15 @@ impl Pool {
         self.node(node).ok().map(Node::is_quarantined)
     }
 
+    /// Whether request `id` still holds its slot: live, or ended (deadline, cancel) after a
+    /// byte of it was written and still awaiting its late response or its connection's close.
+    /// An adapter that maps a protocol's own correlation ids to requests keeps each mapping
+    /// while this is true, so a late response is recognised (and dropped by the pool) rather
+    /// than taken for a stranger.
+    pub fn holds(&self, id: RequestId) -> bool {
+        self.requests.get(id).is_some()
+    }
+
     /// Whether the pool is in panic mode: too few admitted nodes are healthy, so quarantine
     /// is ignored ([`Config::panic_threshold`]).
     pub fn in_panic(&self) -> bool {

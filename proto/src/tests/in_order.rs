@@ -130,3 +130,17 @@ fn requests_from_an_earlier_connection_never_take_a_new_connections_response() {
     h.flush(fresh);
     assert_eq!(answer(&mut h, fresh, b"new"), Some(id));
 }
+
+#[test]
+fn a_request_that_timed_out_in_flight_is_held_until_its_late_response() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let conn = h.ready(node);
+    let id = h.submit(node, 10, secs(1));
+    h.flush(conn);
+    h.advance(secs(2));
+    assert!(h.outcome(id).is_some(), "ended");
+    assert!(h.pool.holds(id), "still held for its late response");
+    assert_eq!(answer(&mut h, conn, b"late"), None);
+    assert!(!h.pool.holds(id));
+}
