@@ -94,6 +94,7 @@ impl fmt::Display for Violation {
             Self::MalformedHeader => f.write_str("malformed frame header"),
             Self::UnknownRequest(id) => write!(f, "response for unknown {id}"),
             Self::UnexpectedResponse => f.write_str("a response with no request in flight"),
+            Self::UnknownId(id) => write!(f, "response for unknown protocol id {id}"),
             Self::Undecodable => f.write_str("the codec could not decode what the peer sent"),
             Self::TooSlow { elapsed } => {
                 write!(f, "frame still incomplete after {} ms", elapsed.as_millis())

@@ -330,6 +330,9 @@ pub enum Violation {
     UnknownRequest(RequestId),
     /// A response on an in-order connection with no request in flight on it.
     UnexpectedResponse,
+    /// A response carrying a protocol id (the codec's own, not a [`RequestId`]) that names no
+    /// request that may still be answered.
+    UnknownId(u64),
     /// The local codec failed on what the peer sent (it panicked): the bytes cannot be trusted,
     /// so only closing the connection is safe.
     Undecodable,

@@ -104,7 +104,7 @@ async fn a_malformed_header_ends_only_that_connection(runtime: Arc<dyn Runtime>)
 
 async fn an_unknown_correlation_id_ends_only_that_connection(runtime: Arc<dyn Runtime>) {
     hostile_peer_ends_only_its_connection(runtime, Behaviour::UnknownId, |v| {
-        matches!(v, Violation::UnknownRequest(_))
+        matches!(v, Violation::UnknownId(_))
     })
     .await;
 }

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use keepwire_driver::{
-    ClientBuilder, ClientEvent, Codec, EncodeError, Events, HandshakeError, HandshakeIo,
-    LengthPrefixed, Response, Runtime, SendError, Target,
+    ClientBuilder, ClientEvent, Codec, Correlation, Decoded, Decoder, EncodeError, Events,
+    HandshakeError, HandshakeIo, LengthPrefixed, Runtime, SendError, Target,
 };
-use keepwire_proto::{CloseReason, RequestId, Violation};
+use keepwire_proto::{CloseReason, Violation};
 use keepwire_tests::peers::{Behaviour, Peer};
 use keepwire_tests::{test_config, test_on_every_runtime, within};
 
@@ -21,15 +21,30 @@ use keepwire_tests::{test_config, test_on_every_runtime, within};
 struct PanicsOnBoom;
 
 impl Codec for PanicsOnBoom {
-    fn encode(&self, id: RequestId, payload: &[u8]) -> Result<Bytes, EncodeError> {
-        assert_ne!(payload, b"bang", "codec bug");
-        LengthPrefixed::default().encode(id, payload)
+    fn correlation(&self) -> Correlation {
+        LengthPrefixed::default().correlation()
     }
 
-    fn decode(&self, buf: &mut BytesMut) -> Result<Option<Response>, Violation> {
+    fn encode(
+        &self,
+        payload: &[u8],
+        id: Option<u64>,
+        dst: &mut BytesMut,
+    ) -> Result<(), EncodeError> {
+        assert!(payload != b"bang", "codec bug");
+        LengthPrefixed::default().encode(payload, id, dst)
+    }
+
+    fn decoder(&self) -> Box<dyn Decoder> {
+        Box::new(PanicsOnBoom)
+    }
+}
+
+impl Decoder for PanicsOnBoom {
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, Violation> {
         let response = LengthPrefixed::default().decode(buf)?;
-        if response.as_ref().is_some_and(|r| r.payload == "boom") {
-            panic!("codec bug");
+        if let Some(Decoded::Tagged { payload, .. }) = &response {
+            assert!(payload != "boom", "codec bug");
         }
         Ok(response)
     }

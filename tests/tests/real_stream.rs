@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use keepwire_driver::{Codec, LengthPrefixed, Runtime};
+use keepwire_driver::{LengthPrefixed, Runtime};
 use keepwire_proto::RequestId;
 use keepwire_tests::peers::{Behaviour, Peer};
 use keepwire_tests::{test_on_every_runtime, within};
@@ -59,8 +59,8 @@ async fn a_vectored_write_sends_every_slice_in_order(runtime: Arc<dyn Runtime>) 
             let n = poll_fn(|cx| stream.poll_read(cx, &mut buf)).await.unwrap();
             assert_ne!(n, 0, "the peer closed early");
             inbound.extend_from_slice(&buf[..n]);
-            while let Some(response) = codec.decode(&mut inbound).unwrap() {
-                answers.push((response.id, response.payload));
+            while let Some((id, payload)) = codec.cut(&mut inbound).unwrap() {
+                answers.push((RequestId::from_u64(id), payload));
             }
         }
     })

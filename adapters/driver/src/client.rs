@@ -81,6 +81,12 @@ impl ClientBuilder {
         self
     }
 
+    /// Changes the keepwire [`Config`] in place (timeouts, watermarks, thresholds, ...).
+    pub fn config(mut self, change: impl FnOnce(&mut Config)) -> Self {
+        change(&mut self.config);
+        self
+    }
+
     /// How many events each [`Events`] subscriber may have unread before the oldest are
     /// dropped (and counted in [`ClientEvent::Missed`]). Default 1024.
     pub fn event_capacity(mut self, capacity: usize) -> Self {
@@ -138,13 +144,58 @@ impl<R: Runtime> BoundClientBuilder<R> {
         }
     }
 
-    /// Adds a node.
+    /// Adds a node (a server address) to connect to.
     pub fn node(mut self, addr: SocketAddr) -> Self {
         self.builder = self.builder.node(addr);
         self
     }
 
-    /// Changes the underlying builder (codec, handshake, frame timeout, ...).
+    /// Adds several nodes.
+    pub fn nodes(mut self, addrs: impl IntoIterator<Item = SocketAddr>) -> Self {
+        self.builder = self.builder.nodes(addrs);
+        self
+    }
+
+    /// Uses `codec` to frame requests and decode responses; its
+    /// [`correlation`](Codec::correlation) says whether responses come in order or by id.
+    /// Default: the built-in [`LengthPrefixed`].
+    pub fn codec(mut self, codec: impl Codec) -> Self {
+        self.builder = self.builder.codec(codec);
+        self
+    }
+
+    /// Runs `hook` on every new connection before it carries requests (authentication, TLS,
+    /// an API-version exchange), under the setup deadline.
+    pub fn handshake(mut self, hook: impl HandshakeHook) -> Self {
+        self.builder = self.builder.handshake(hook);
+        self
+    }
+
+    /// The built-in codec with responses of at most `max_payload` bytes.
+    pub fn max_frame(mut self, max_payload: u32) -> Self {
+        self.builder = self.builder.max_frame(max_payload);
+        self
+    }
+
+    /// The slow-drip defence ([`Config::frame_timeout`]).
+    pub fn frame_timeout(mut self, timeout: Duration) -> Self {
+        self.builder = self.builder.frame_timeout(timeout);
+        self
+    }
+
+    /// How many events each subscriber may have unread before the oldest are dropped.
+    pub fn event_capacity(mut self, capacity: usize) -> Self {
+        self.builder = self.builder.event_capacity(capacity);
+        self
+    }
+
+    /// Changes the keepwire [`Config`] in place (timeouts, watermarks, thresholds, ...).
+    pub fn config(mut self, change: impl FnOnce(&mut Config)) -> Self {
+        self.builder = self.builder.config(change);
+        self
+    }
+
+    /// Changes the underlying [`ClientBuilder`] as a whole.
     pub fn builder(mut self, change: impl FnOnce(ClientBuilder) -> ClientBuilder) -> Self {
         self.builder = change(self.builder);
         self

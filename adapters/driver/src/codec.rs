@@ -1,49 +1,147 @@
-//! Framing: how a request is put on the wire with its correlation id, and how responses are
-//! cut out of the bytes a connection receives.
+//! Framing: how a request goes on the wire and how the responses a connection receives find
+//! their requests.
 //!
-//! The built-in [`LengthPrefixed`] codec frames every message as
+//! A [`Codec`] says how its protocol correlates responses ([`Correlation`]), frames each
+//! request, and makes one [`Decoder`] per connection, which may keep state between messages
+//! (a PostgreSQL response is several messages up to ReadyForQuery). keepwire, not the codec,
+//! knows which requests were written on which connection and in what order:
 //!
-//! ```text
-//! +----------------+-----------------------+-------------------+
-//! | length: u32 BE | correlation id: u64 BE | payload           |
-//! +----------------+-----------------------+-------------------+
-//!                  |<------------------ length --------------->|
+//! - **In order** (PostgreSQL, memcached, Redis, HTTP/1.1): a decoded response
+//!   ([`Decoded::Next`]) answers the oldest request written on its connection and not yet
+//!   answered. Requests carry no id. A request that ended early after a byte of it was
+//!   written keeps its place, so its late answer is consumed and never given to the request
+//!   behind it.
+//! - **By id** (Kafka, the built-in [`LengthPrefixed`]): the driver gives each request a
+//!   protocol id of the protocol's own width ([`Correlation::ById`]), wrapping around and never
+//!   two in flight at once, and hands it to [`Codec::encode`]; the decoder reads it back from
+//!   the response ([`Decoded::Tagged`]). An id that matches nothing closes that connection only.
+//!
+//! # Writing a codec for an in-order protocol
+//!
+//! A line protocol where every request is one line and every response one line:
+//!
+//! ```
+//! use bytes::{Bytes, BytesMut, BufMut};
+//! use keepwire_driver::{Codec, Correlation, Decoded, Decoder, EncodeError};
+//! use keepwire_driver::proto::Violation;
+//!
+//! #[derive(Debug)]
+//! struct Lines;
+//!
+//! impl Codec for Lines {
+//!     fn correlation(&self) -> Correlation {
+//!         Correlation::InOrder
+//!     }
+//!     fn encode(&self, payload: &[u8], _id: Option<u64>, dst: &mut BytesMut) -> Result<(), EncodeError> {
+//!         if payload.contains(&b'\n') {
+//!             return Err(EncodeError::Invalid("a request is one line".into()));
+//!         }
+//!         dst.put_slice(payload);
+//!         dst.put_u8(b'\n');
+//!         Ok(())
+//!     }
+//!     fn decoder(&self) -> Box<dyn Decoder> {
+//!         Box::new(LineDecoder)
+//!     }
+//! }
+//!
+//! #[derive(Debug)]
+//! struct LineDecoder;
+//!
+//! impl Decoder for LineDecoder {
+//!     fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, Violation> {
+//!         let Some(end) = buf.iter().position(|&b| b == b'\n') else {
+//!             return if buf.len() > 4096 { Err(Violation::MalformedHeader) } else { Ok(None) };
+//!         };
+//!         let line = buf.split_to(end + 1).freeze();
+//!         Ok(Some(Decoded::Next(line.slice(..end))))
+//!     }
+//! }
+//! # let mut dst = BytesMut::new();
+//! # Lines.encode(b"get k", None, &mut dst).unwrap();
+//! # assert_eq!(&dst[..], b"get k\n");
+//! # let mut buf = BytesMut::from(&b"VALUE\nEND"[..]);
+//! # let mut d = Lines.decoder();
+//! # assert_eq!(d.decode(&mut buf).unwrap(), Some(Decoded::Next(Bytes::from_static(b"VALUE"))));
+//! # assert_eq!(d.decode(&mut buf).unwrap(), None);
 //! ```
 //!
-//! `length` counts the correlation id and the payload, so a length below 8 is a malformed
-//! header. The correlation id is [`RequestId::as_u64`]; a server echoes it in its response.
+//! For a protocol with ids, return [`Correlation::ById`] with the id's width, write the `id`
+//! that [`Codec::encode`] receives where the protocol puts it, and decode responses to
+//! [`Decoded::Tagged`] with the id read back; [`LengthPrefixed`] is a complete example.
 
 use std::fmt;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use keepwire_proto::{RequestId, Violation};
+use keepwire_proto::Violation;
 
-/// Encodes requests and decodes responses for one protocol.
+/// Frames requests for one protocol and makes the per-connection decoders of its responses.
 ///
-/// One codec serves every connection of a client, so it holds no per-connection state: the
-/// driver keeps each connection's receive buffer and hands it to [`Codec::decode`].
+/// One codec serves every connection of a client; the state of a connection's byte stream
+/// lives in its [`Decoder`].
 pub trait Codec: Send + Sync + fmt::Debug + 'static {
-    /// Frames `payload` as request `id`.
-    fn encode(&self, id: RequestId, payload: &[u8]) -> Result<Bytes, EncodeError>;
+    /// How this protocol's responses find their requests.
+    fn correlation(&self) -> Correlation;
 
+    /// Appends the frame of one request to `dst`. `id` is the protocol id to write with
+    /// [`Correlation::ById`] (it fits the width given there), and `None` in order.
+    ///
+    /// An error refuses this request only (whatever was appended is discarded): it ends with
+    /// `SendError::Encode` and nothing is sent.
+    fn encode(
+        &self,
+        payload: &[u8],
+        id: Option<u64>,
+        dst: &mut BytesMut,
+    ) -> Result<(), EncodeError>;
+
+    /// A decoder for a new connection.
+    fn decoder(&self) -> Box<dyn Decoder>;
+}
+
+/// Cuts the responses out of one connection's bytes; may keep state between calls.
+pub trait Decoder: Send + fmt::Debug {
     /// Cuts the first complete response off the front of `buf`.
     ///
-    /// `Ok(None)` means more bytes are needed (leave `buf` as it is); an `Err` is a protocol
-    /// violation that closes the connection.
-    fn decode(&self, buf: &mut BytesMut) -> Result<Option<Response>, Violation>;
+    /// `Ok(None)` means more bytes are needed (leave what is not consumed in `buf`); an `Err`
+    /// is a protocol violation that closes the connection. A decoder should not reserve room
+    /// in `buf` for bytes it has not received: a length a hostile peer announces costs nothing
+    /// until the peer sends it.
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, Violation>;
 }
 
-/// One decoded response: the id of the request it answers and its payload.
+/// How a protocol's responses find their requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Correlation {
+    /// A response answers the oldest request written on its connection and not yet answered.
+    InOrder,
+    /// Requests carry a protocol id `bits` wide (1 to 64) that their responses echo. The
+    /// driver assigns ids from 0 upwards, wrapping around at `2^bits`, and never gives an id
+    /// to a new request while an earlier request with it may still be answered.
+    ById {
+        /// The id's width in bits: 31 for a non-negative `i32` (Kafka), 32, 64, ...
+        bits: u32,
+    },
+}
+
+/// One decoded response.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Response {
-    /// The correlation id, as the peer echoed it.
-    pub id: RequestId,
-    /// The response payload.
-    pub payload: Bytes,
+#[non_exhaustive]
+pub enum Decoded {
+    /// Answers the oldest request in flight on this connection ([`Correlation::InOrder`]).
+    Next(Bytes),
+    /// Answers the request given protocol id `id` ([`Correlation::ById`]).
+    Tagged {
+        /// The protocol id, as the peer echoed it.
+        id: u64,
+        /// The response payload.
+        payload: Bytes,
+    },
 }
 
-/// A request that cannot be framed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+/// A request that cannot be framed. It ends that request only.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum EncodeError {
     /// The payload does not fit the frame's length field.
@@ -54,6 +152,9 @@ pub enum EncodeError {
         /// The longest payload the codec can frame.
         max: u64,
     },
+    /// The request is not valid for this protocol (the codec says why).
+    #[error("invalid request: {0}")]
+    Invalid(String),
     /// The codec panicked while framing the request (a bug in the codec; the panic hook has
     /// printed the message). The driver and every other request carry on.
     #[error("the codec panicked while framing the request")]
@@ -61,6 +162,16 @@ pub enum EncodeError {
 }
 
 /// The built-in codec: `u32` big-endian length, `u64` big-endian correlation id, payload.
+///
+/// ```text
+/// +----------------+------------------------+-------------------+
+/// | length: u32 BE | correlation id: u64 BE | payload           |
+/// +----------------+------------------------+-------------------+
+///                  |<------------------ length ---------------->|
+/// ```
+///
+/// `length` counts the correlation id and the payload, so a length below 8 is a malformed
+/// header. A server echoes the id in its response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LengthPrefixed {
     max_payload: u32,
@@ -85,8 +196,9 @@ impl LengthPrefixed {
         self.max_payload
     }
 
-    /// Frames `payload` with correlation id `id` (a server uses this for its responses too).
-    pub fn frame(id: u64, payload: &[u8]) -> Result<Bytes, EncodeError> {
+    /// Appends `payload` framed with correlation id `id` to `dst` (a server uses this for its
+    /// responses too).
+    pub fn frame_into(id: u64, payload: &[u8], dst: &mut BytesMut) -> Result<(), EncodeError> {
         let max = u64::from(u32::MAX - Self::ID_LEN);
         let len = u32::try_from(payload.len())
             .ok()
@@ -95,10 +207,17 @@ impl LengthPrefixed {
                 len: payload.len() as u64,
                 max,
             })?;
-        let mut frame = BytesMut::with_capacity(Self::HEADER_LEN + payload.len());
-        frame.put_u32(len + Self::ID_LEN);
-        frame.put_u64(id);
-        frame.put_slice(payload);
+        dst.reserve(Self::HEADER_LEN + payload.len());
+        dst.put_u32(len + Self::ID_LEN);
+        dst.put_u64(id);
+        dst.put_slice(payload);
+        Ok(())
+    }
+
+    /// `payload` framed with correlation id `id`.
+    pub fn frame(id: u64, payload: &[u8]) -> Result<Bytes, EncodeError> {
+        let mut frame = BytesMut::new();
+        Self::frame_into(id, payload, &mut frame)?;
         Ok(frame.freeze())
     }
 
@@ -129,6 +248,19 @@ impl LengthPrefixed {
         }
         Ok(payload_len as usize)
     }
+
+    /// Cuts the first complete frame off `buf`: `(correlation id, payload)`.
+    pub fn cut(&self, buf: &mut BytesMut) -> Result<Option<(u64, Bytes)>, Violation> {
+        let Some((id, payload_len)) = self.parse_header(buf)? else {
+            return Ok(None);
+        };
+        if buf.len() < Self::HEADER_LEN + payload_len {
+            // No reserve for the announced length: the bytes are allocated as they arrive.
+            return Ok(None);
+        }
+        buf.advance(Self::HEADER_LEN);
+        Ok(Some((id, buf.split_to(payload_len).freeze())))
+    }
 }
 
 impl Default for LengthPrefixed {
@@ -139,24 +271,89 @@ impl Default for LengthPrefixed {
 }
 
 impl Codec for LengthPrefixed {
-    fn encode(&self, id: RequestId, payload: &[u8]) -> Result<Bytes, EncodeError> {
-        Self::frame(id.as_u64(), payload)
+    fn correlation(&self) -> Correlation {
+        Correlation::ById { bits: 64 }
     }
 
-    fn decode(&self, buf: &mut BytesMut) -> Result<Option<Response>, Violation> {
-        let Some((id, payload_len)) = self.parse_header(buf)? else {
-            return Ok(None);
-        };
-        if buf.len() < Self::HEADER_LEN + payload_len {
-            buf.reserve(Self::HEADER_LEN + payload_len - buf.len());
-            return Ok(None);
+    fn encode(
+        &self,
+        payload: &[u8],
+        id: Option<u64>,
+        dst: &mut BytesMut,
+    ) -> Result<(), EncodeError> {
+        Self::frame_into(id.unwrap_or(0), payload, dst)
+    }
+
+    fn decoder(&self) -> Box<dyn Decoder> {
+        Box::new(*self)
+    }
+}
+
+impl Decoder for LengthPrefixed {
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, Violation> {
+        Ok(self
+            .cut(buf)?
+            .map(|(id, payload)| Decoded::Tagged { id, payload }))
+    }
+}
+
+/// The protocol ids of requests that may still be answered, for [`Correlation::ById`]: which
+/// request each id names, and the next id to give.
+#[derive(Debug)]
+pub(crate) struct Ids<T> {
+    next: u64,
+    live: std::collections::HashMap<u64, T>,
+}
+
+impl<T> Default for Ids<T> {
+    fn default() -> Self {
+        Self {
+            next: 0,
+            live: std::collections::HashMap::new(),
         }
-        buf.advance(Self::HEADER_LEN);
-        let payload = buf.split_to(payload_len).freeze();
-        Ok(Some(Response {
-            id: RequestId::from_u64(id),
-            payload,
-        }))
+    }
+}
+
+impl<T> Ids<T> {
+    /// The next id `bits` wide that names no request that may still be answered; `None`
+    /// when every such id is taken.
+    pub(crate) fn next_free(&mut self, bits: u32) -> Option<u64> {
+        let mask = if bits >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << bits.max(1)) - 1
+        };
+        if (self.live.len() as u64) > mask {
+            return None;
+        }
+        loop {
+            let id = self.next & mask;
+            self.next = self.next.wrapping_add(1);
+            if !self.live.contains_key(&id) {
+                return Some(id);
+            }
+        }
+    }
+
+    pub(crate) fn insert(&mut self, id: u64, value: T) {
+        self.live.insert(id, value);
+    }
+
+    pub(crate) fn get(&self, id: u64) -> Option<&T> {
+        self.live.get(&id)
+    }
+
+    pub(crate) fn remove(&mut self, id: u64) {
+        self.live.remove(&id);
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.live.len()
+    }
+
+    /// Forgets every id `keep` rejects.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
+        self.live.retain(|_, v| keep(v));
     }
 }
 
@@ -164,14 +361,12 @@ impl Codec for LengthPrefixed {
 mod tests {
     use super::*;
 
-    fn decode_all(
-        codec: &LengthPrefixed,
-        bytes: &[u8],
-    ) -> (Vec<Response>, Result<(), Violation>, usize) {
+    fn decode_all(bytes: &[u8], max: u32) -> (Vec<Decoded>, Result<(), Violation>, usize) {
+        let mut decoder = LengthPrefixed::new(max).decoder();
         let mut buf = BytesMut::from(bytes);
         let mut out = Vec::new();
         loop {
-            match codec.decode(&mut buf) {
+            match decoder.decode(&mut buf) {
                 Ok(Some(r)) => out.push(r),
                 Ok(None) => return (out, Ok(()), buf.len()),
                 Err(v) => return (out, Err(v), buf.len()),
@@ -182,30 +377,33 @@ mod tests {
     #[test]
     fn frames_round_trip_byte_by_byte() {
         let codec = LengthPrefixed::default();
-        let id = RequestId::from_u64(0x1234_5678_9abc_def0);
-        let mut wire = codec.encode(id, b"hello").unwrap().to_vec();
-        wire.extend_from_slice(&codec.encode(RequestId::from_u64(7), b"").unwrap());
+        let mut wire = BytesMut::new();
+        codec
+            .encode(b"hello", Some(0x1234_5678_9abc_def0), &mut wire)
+            .unwrap();
+        codec.encode(b"", Some(7), &mut wire).unwrap();
         assert_eq!(
             &wire[..12],
             &[0, 0, 0, 13, 0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0]
         );
+        let mut decoder = codec.decoder();
         let mut buf = BytesMut::new();
         let mut got = Vec::new();
-        for byte in wire {
+        for &byte in wire.iter() {
             buf.put_u8(byte);
-            while let Some(r) = codec.decode(&mut buf).unwrap() {
+            while let Some(r) = decoder.decode(&mut buf).unwrap() {
                 got.push(r);
             }
         }
         assert_eq!(
             got,
             [
-                Response {
-                    id,
+                Decoded::Tagged {
+                    id: 0x1234_5678_9abc_def0,
                     payload: Bytes::from_static(b"hello")
                 },
-                Response {
-                    id: RequestId::from_u64(7),
+                Decoded::Tagged {
+                    id: 7,
                     payload: Bytes::new()
                 },
             ]
@@ -215,27 +413,59 @@ mod tests {
 
     #[test]
     fn an_oversize_length_is_refused_from_its_first_four_bytes() {
-        let codec = LengthPrefixed::new(100);
-        let (_, result, _) = decode_all(&codec, &[0, 0, 0, 109]);
+        let (_, result, _) = decode_all(&[0, 0, 0, 109], 100);
         assert_eq!(result, Err(Violation::FrameTooLong { len: 101, max: 100 }));
-        let (got, result, _) = decode_all(&codec, &LengthPrefixed::frame(1, &[0; 100]).unwrap());
+        let (got, result, _) = decode_all(&LengthPrefixed::frame(1, &[0; 100]).unwrap(), 100);
         assert_eq!((got.len(), result), (1, Ok(())));
     }
 
     #[test]
     fn a_length_too_short_for_the_id_is_malformed() {
-        let codec = LengthPrefixed::default();
         for len in 0..8u32 {
-            let (_, result, _) = decode_all(&codec, &len.to_be_bytes());
+            let (_, result, _) = decode_all(&len.to_be_bytes(), 100);
             assert_eq!(result, Err(Violation::MalformedHeader), "length {len}");
         }
     }
 
     #[test]
     fn a_partial_frame_waits_for_more_bytes() {
-        let codec = LengthPrefixed::default();
         let frame = LengthPrefixed::frame(3, b"abcdef").unwrap();
-        let (got, result, left) = decode_all(&codec, &frame[..frame.len() - 1]);
+        let (got, result, left) = decode_all(&frame[..frame.len() - 1], 100);
         assert_eq!((got.len(), result, left), (0, Ok(()), frame.len() - 1));
+    }
+
+    #[test]
+    fn a_hostile_length_reserves_nothing_ahead_of_the_bytes() {
+        // 12 bytes announcing 16 MiB: the buffer stays as small as what arrived.
+        let mut header = BytesMut::new();
+        header.put_u32(16 * 1024 * 1024);
+        header.put_u64(1);
+        let before = header.capacity();
+        let mut decoder = LengthPrefixed::default().decoder();
+        assert_eq!(decoder.decode(&mut header), Ok(None));
+        assert_eq!(header.capacity(), before);
+        assert!(header.capacity() < 4096);
+    }
+
+    #[test]
+    fn ids_wrap_around_and_skip_the_ones_still_in_use() {
+        let mut ids = Ids::default();
+        let got: Vec<_> = (0..4).map(|_| ids.next_free(2).unwrap()).collect();
+        assert_eq!(got, [0, 1, 2, 3]);
+        ids.insert(0, "a");
+        ids.insert(2, "b");
+        let got: Vec<_> = (0..3).map(|_| ids.next_free(2).unwrap()).collect();
+        assert_eq!(got, [1, 3, 1], "0 and 2 are still in use");
+        ids.remove(0);
+        assert_eq!(ids.next_free(2), Some(3));
+        assert_eq!(ids.next_free(2), Some(0));
+        ids.insert(1, "c");
+        ids.insert(3, "d");
+        ids.insert(0, "e");
+        assert_eq!(ids.next_free(2), None, "all four taken");
+        let mut wide = Ids::<()>::default();
+        wide.next = u64::MAX;
+        assert_eq!(wide.next_free(64), Some(u64::MAX));
+        assert_eq!(wide.next_free(64), Some(0), "wraps at 2^64");
     }
 }

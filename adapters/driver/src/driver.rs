@@ -19,14 +19,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use keepwire_proto::{
     Action, CloseReason, Config, ConnId, Counters, Event, HandleError, Instant, NodeId, Outcome,
     Pool, RequestId, Target,
 };
 
 use crate::client::{ClientEvent, NodeInfo, SocketInfo};
-use crate::codec::{Codec, EncodeError};
+use crate::codec::{Codec, Correlation, Decoder, EncodeError, Ids};
 use crate::error::{BuildError, SendError, failure_of};
 use crate::handshake::{HandshakeError, HandshakeHook, HandshakeIo};
 use crate::runtime::{BoxFuture, IoStream, Runtime, Timer};
@@ -99,9 +99,15 @@ pub(crate) struct Driver {
     pool: Pool,
     shared: Arc<Shared>,
     codec: Arc<dyn Codec>,
+    correlation: Correlation,
+    /// With [`Correlation::ById`]: the request each protocol id names.
+    ids: Ids<RequestId>,
+    /// Requests are framed into this buffer and split off it, so framing allocates only
+    /// when a chunk fills up and a frame shared with the pool is never copied.
+    encoded: BytesMut,
     hook: Option<Arc<dyn HandshakeHook>>,
     conns: BTreeMap<ConnId, Conn>,
-    waiting: HashMap<RequestId, ReplySender<Result<Bytes, SendError>>>,
+    waiting: HashMap<RequestId, Waiting>,
     commands: VecDeque<Command>,
     timer: Option<(Pin<Box<dyn Timer>>, Instant)>,
     read_buf: Box<[u8]>,
@@ -112,6 +118,17 @@ pub(crate) struct Driver {
     draining: bool,
     stopping: bool,
 }
+
+/// A caller waiting for its request's outcome.
+#[derive(Debug)]
+struct Waiting {
+    reply: ReplySender<Result<Bytes, SendError>>,
+    /// The protocol id the request was framed with ([`Correlation::ById`]).
+    protocol_id: Option<u64>,
+}
+
+/// Bytes reserved at a time for framing requests.
+const ENCODE_CHUNK: usize = 64 * 1024;
 
 /// One connection's socket, through its lifecycle.
 enum Conn {
@@ -146,7 +163,10 @@ impl Driver {
             origin,
             pool,
             shared,
+            correlation: codec.correlation(),
             codec,
+            ids: Ids::default(),
+            encoded: BytesMut::new(),
             hook,
             conns: BTreeMap::new(),
             waiting: HashMap::new(),
@@ -195,8 +215,9 @@ impl Driver {
         while let Some(event) = self.pool.poll_event() {
             match event {
                 Event::RequestDone { id, outcome, .. } => {
-                    if let Some(reply) = self.waiting.remove(&id) {
-                        reply.send(result_of(outcome));
+                    if let Some(waiting) = self.waiting.remove(&id) {
+                        waiting.reply.send(result_of(outcome));
+                        self.forget_id(id, waiting.protocol_id);
                     }
                 }
                 other => self.publish(&ClientEvent::Pool(other)),
@@ -271,25 +292,75 @@ impl Driver {
         if reply.is_abandoned() {
             return;
         }
-        let id = self.pool.next_request_id();
-        let frame = match contain(|| self.codec.encode(id, payload)) {
-            Ok(Ok(frame)) => frame,
-            Ok(Err(e)) => return reply.send(Err(e.into())),
-            Err(_) => return reply.send(Err(EncodeError::Panicked.into())),
+        let protocol_id = match self.correlation {
+            Correlation::ById { bits } => match self.ids.next_free(bits) {
+                Some(id) => Some(id),
+                None => {
+                    let every = "every protocol id is in use by a request that may be answered";
+                    return reply.send(Err(EncodeError::Invalid(every.into()).into()));
+                }
+            },
+            _ => None,
+        };
+        if self.encoded.capacity() < ENCODE_CHUNK / 4 {
+            self.encoded.reserve(ENCODE_CHUNK);
+        }
+        let (codec, encoded) = (&self.codec, &mut self.encoded);
+        let framed = contain(|| codec.encode(payload, protocol_id, encoded));
+        let frame = match framed {
+            Ok(Ok(())) => self.encoded.split().freeze(),
+            Ok(Err(e)) => {
+                self.encoded.clear();
+                return reply.send(Err(e.into()));
+            }
+            Err(_) => {
+                self.encoded.clear();
+                return reply.send(Err(EncodeError::Panicked.into()));
+            }
         };
         match self.pool.submit(now, target, now + timeout, frame) {
             Ok(submitted) => {
-                debug_assert_eq!(
-                    submitted, id,
-                    "Pool::next_request_id must predict submit's id"
-                );
+                if let Some(protocol_id) = protocol_id {
+                    self.ids.insert(protocol_id, submitted);
+                }
                 if reply.set_request(submitted) {
-                    self.waiting.insert(submitted, reply);
+                    let waiting = Waiting { reply, protocol_id };
+                    self.waiting.insert(submitted, waiting);
                 } else {
                     let _ = self.pool.cancel(now, submitted);
                 }
             }
             Err(e) => reply.send(Err(e.into())),
+        }
+    }
+
+    /// A fresh decoder for `conn`; `None` if the codec panicked making one, which closes the
+    /// connection (nothing it receives could be trusted).
+    fn decoder_for(&mut self, now: Instant, conn: ConnId) -> Option<Box<dyn Decoder>> {
+        match contain(|| self.codec.decoder()) {
+            Ok(decoder) => Some(decoder),
+            Err(message) => {
+                self.publish(&ClientEvent::CodecPanicked { conn, message });
+                let _ =
+                    self.pool
+                        .handle_violation(now, conn, keepwire_proto::Violation::Undecodable);
+                None
+            }
+        }
+    }
+
+    /// A request ended: its protocol id is free again unless a late response may still come
+    /// (the pool holds the request); such ids are swept once they pile up.
+    fn forget_id(&mut self, request: RequestId, protocol_id: Option<u64>) {
+        let Some(protocol_id) = protocol_id else {
+            return;
+        };
+        if !self.pool.holds(request) {
+            self.ids.remove(protocol_id);
+        }
+        if self.ids.len() > 2 * self.waiting.len() + 64 {
+            let pool = &self.pool;
+            self.ids.retain(|request| pool.holds(*request));
         }
     }
 
@@ -410,8 +481,11 @@ impl Driver {
                         continue;
                     }
                     Poll::Ready(Ok(stream)) => {
-                        self.conns
-                            .insert(conn, Conn::Open(OpenConn::new(stream, report)));
+                        let Some(decoder) = self.decoder_for(now, conn) else {
+                            continue;
+                        };
+                        let open = OpenConn::new(stream, report, decoder);
+                        self.conns.insert(conn, Conn::Open(open));
                         if self.pool.handle_connected(now, conn).is_err() {
                             self.conns.remove(&conn);
                         }
@@ -432,8 +506,11 @@ impl Driver {
                         continue;
                     }
                     Poll::Ready(Ok(io)) => {
-                        self.conns
-                            .insert(conn, Conn::Open(OpenConn::new(io.into_stream(), report)));
+                        let Some(decoder) = self.decoder_for(now, conn) else {
+                            continue;
+                        };
+                        let open = OpenConn::new(io.into_stream(), report, decoder);
+                        self.conns.insert(conn, Conn::Open(open));
                         if self.pool.handle_handshake_done(now, conn).is_err() {
                             self.conns.remove(&conn);
                         }
@@ -507,8 +584,8 @@ impl Driver {
         let now = self.now();
         self.pool.shutdown(now);
         self.settle();
-        for (_, reply) in self.waiting.drain() {
-            reply.send(Err(SendError::Shutdown));
+        for (_, waiting) in self.waiting.drain() {
+            waiting.reply.send(Err(SendError::Shutdown));
         }
         self.conns.clear();
         // Dropping the leftover commands drops their reply slots: callers read `Shutdown`.

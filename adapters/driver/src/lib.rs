@@ -42,10 +42,17 @@ mod sync;
 pub use client::{
     BoundClientBuilder, Client, ClientBuilder, ClientEvent, Events, NodeInfo, SocketInfo,
 };
-pub use codec::{Codec, EncodeError, LengthPrefixed, Response};
+pub use codec::{Codec, Correlation, Decoded, Decoder, EncodeError, LengthPrefixed};
 pub use error::{BuildError, CommandError, SendError, failure_of};
 pub use handshake::{HandshakeError, HandshakeHook, HandshakeIo};
-pub use keepwire_proto::{Config, Target};
+/// keepwire's sans-IO core, re-exported whole so that one runtime crate is the only
+/// dependency an application needs.
+pub use keepwire_proto as proto;
+pub use keepwire_proto::{
+    CloseReason, Config, ConfigError, ConnId, Counters, Event, EvictReason, Failure, Keepalive,
+    NodeId, NodeState, Outcome, Phase, QuarantineCause, Readmission, Reason, RequestId,
+    SelectionRule, Sent, SocketOptions, SubmitError, Target, Unavailable, Violation,
+};
 pub use runtime::{
     BoxFuture, IoStream, Runtime, Timer, begin_connect, finish_connect, sleep_until,
 };

@@ -15,6 +15,7 @@ use keepwire_proto::{ConnId, Failure, Instant, Violation};
 
 use super::{Conn, Driver, contain};
 use crate::client::ClientEvent;
+use crate::codec::{Decoded, Decoder};
 use crate::error::failure_of;
 use crate::runtime::IoStream;
 use crate::socket::OptionReport;
@@ -39,14 +40,21 @@ pub(super) struct OpenConn {
     pub(super) stream: Box<dyn IoStream>,
     pub(super) report: OptionReport,
     inbound: BytesMut,
+    /// The codec's decoder for this connection's byte stream.
+    decoder: Box<dyn Decoder>,
 }
 
 impl OpenConn {
-    pub(super) fn new(stream: Box<dyn IoStream>, report: OptionReport) -> Self {
+    pub(super) fn new(
+        stream: Box<dyn IoStream>,
+        report: OptionReport,
+        decoder: Box<dyn Decoder>,
+    ) -> Self {
         Self {
             stream,
             report,
             inbound: BytesMut::new(),
+            decoder,
         }
     }
 }
@@ -185,7 +193,7 @@ impl Driver {
             let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
                 return false;
             };
-            let decoded = match contain(|| self.codec.decode(&mut open.inbound)) {
+            let decoded = match contain(|| open.decoder.decode(&mut open.inbound)) {
                 Ok(decoded) => decoded,
                 Err(message) => {
                     // The buffer's state is unknown: only closing the connection is safe.
@@ -195,13 +203,24 @@ impl Driver {
                 }
             };
             match decoded {
-                Ok(Some(response)) => {
-                    if self
-                        .pool
-                        .handle_response(now, conn, response.id, response.payload)
-                        .is_err()
-                    {
-                        // An unknown id: the pool closed the connection (a Close follows).
+                Ok(Some(Decoded::Next(payload))) => {
+                    if self.pool.handle_next_response(now, conn, payload).is_err() {
+                        // Nothing in flight: the pool closed the connection (a Close follows).
+                        self.conns.remove(&conn);
+                        return false;
+                    }
+                }
+                Ok(Some(Decoded::Tagged { id, payload })) => {
+                    let Some(&request) = self.ids.get(id) else {
+                        self.violated(now, conn, Violation::UnknownId(id));
+                        return false;
+                    };
+                    let answered = self.pool.handle_response(now, conn, request, payload);
+                    if !self.pool.holds(request) {
+                        self.ids.remove(id);
+                    }
+                    if answered.is_err() {
+                        // Not in flight on this connection: the pool closed it.
                         self.conns.remove(&conn);
                         return false;
                     }
