@@ -45,7 +45,7 @@ pub use client::{
 pub use codec::{Codec, EncodeError, LengthPrefixed, Response};
 pub use error::{BuildError, CommandError, SendError, failure_of};
 pub use handshake::{HandshakeError, HandshakeHook, HandshakeIo};
-pub use keepwire_proto::{Config, Target};
+pub use keepwire_proto::{Config, Sent, Target};
 pub use runtime::{
     BoxFuture, IoStream, Runtime, Timer, begin_connect, finish_connect, sleep_until,
 };
