@@ -10,6 +10,9 @@
 //! new targets are asserted, with windows a loaded 2-core CI meets: no lower bound that
 //! depends on the machine's speed.
 //!
+//! The last test covers the ways a request ends that no other real-socket test reaches (an
+//! eviction in flight, a deadline while queued), asserting what each says reached the server.
+//!
 //! `cargo test -p keepwire-tests --test real_availability -- --nocapture` shows the figures.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -18,11 +21,13 @@ use std::time::{Duration, Instant};
 
 use keepwire_driver::{Client, ClientBuilder, ClientEvent, Runtime, SendError, Target};
 use keepwire_proto::{
-    CloseReason, Config, Event, Failure, NodeId, NodeState, Phase, QuarantineCause, Reason, Sent,
-    Unavailable,
+    CloseReason, Config, Event, EvictReason, Failure, NodeId, NodeState, Phase, QuarantineCause,
+    Reason, Sent, Unavailable,
 };
-use keepwire_tests::peers::{Behaviour, Peer, RefusingPort};
-use keepwire_tests::{Task, sleep, spawn, test_config, test_on_every_runtime, within};
+use keepwire_tests::peers::{Behaviour, FullAcceptQueue, Peer, RefusingPort};
+use keepwire_tests::{
+    Task, send_held, sleep, spawn, test_config, test_on_every_runtime, until_read, within,
+};
 
 /// The bound: first success within 1.1 s of the server's return.
 const TARGET: Duration = Duration::from_millis(1100);
@@ -832,7 +837,69 @@ async fn a_retried_request_that_fails_again_says_so(runtime: Arc<dyn Runtime>) {
     client.shutdown().await;
 }
 
+// ---------------------------------------------------------------------------------------------
+// What reached the server, for the ways of ending the other tests do not reach.
+
+/// A request whose deadline passes while its connect hangs never left; requests a server had
+/// read in full when their connection was evicted may have run there.
+async fn evictions_and_queued_deadlines_say_what_reached_the_server(runtime: Arc<dyn Runtime>) {
+    let holding = Peer::start(Behaviour::Hold);
+    let hanging = FullAcceptQueue::new();
+    let mut config = test_config();
+    config.setup_timeout = Duration::from_secs(5);
+    config.setup_timeout_max = Duration::from_secs(5);
+    let client = ClientBuilder::new(config)
+        .node(holding.addr())
+        .node(hanging.addr())
+        .build(Arc::clone(&runtime))
+        .unwrap();
+    let [held_node, hanging_node] = [client.initial_nodes()[0], client.initial_nodes()[1]];
+    let queued = client
+        .send(
+            Target::Node(hanging_node),
+            &b"queued"[..],
+            Duration::from_millis(300),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        queued,
+        SendError::DeadlineExceeded {
+            phase: Phase::Queued,
+            sent: Sent::Nothing,
+            retried: false,
+        }
+    );
+    assert!(queued.is_retryable() && !queued.was_sent(), "{queued}");
+    assert_eq!(queued.to_string(), "deadline exceeded (queued, never sent)");
+
+    let held = send_held(
+        &*runtime,
+        &client,
+        Target::Node(held_node),
+        2,
+        Duration::from_secs(10),
+    );
+    until_read(&*runtime, &holding, 2).await;
+    client.evict(held_node).await.unwrap();
+    for request in held {
+        let error = request.join().await.unwrap_err();
+        assert_eq!(
+            error,
+            SendError::Evicted {
+                reason: EvictReason::Requested,
+                sent: Sent::Fully,
+                retried: false,
+            }
+        );
+        assert!(error.was_sent() && !error.is_retryable(), "{error}");
+        assert_eq!(error.to_string(), "evicted: requested (fully sent)");
+    }
+    client.shutdown().await;
+}
+
 test_on_every_runtime!(
+    evictions_and_queued_deadlines_say_what_reached_the_server,
     a_stalled_sole_server_serves_within_1_1_s_of_answering_again,
     a_killed_sole_server_serves_within_1_1_s_of_listening_again,
     one_dead_node_of_ten_is_quarantined_and_probed_while_nine_serve,
