@@ -640,7 +640,8 @@ impl Pool {
         if census != self.census() {
             return Err(format!("census {:?} != counted {census:?}", self.census()));
         }
-        if self.in_panic() != census.panics(self.config().panic_threshold) {
+        let panic = census.panics(self.config().panic_threshold) && !self.is_shut_down();
+        if self.in_panic() != panic {
             return Err(format!("panic mode {} with {census:?}", self.in_panic()));
         }
         if total != self.total_pending_bytes() {

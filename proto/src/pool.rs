@@ -690,6 +690,11 @@ impl Pool {
     }
 
     #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shut_down
+    }
+
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn census(&self) -> Census {
         self.census
     }
@@ -828,7 +833,9 @@ impl Pool {
 
     /// Enters or leaves panic mode as the census says, announcing the change.
     fn update_panic(&mut self, now: Instant) {
-        let panic = self.census.panics(self.config.panic_threshold);
+        // Once shut down the pool selects nothing: it leaves panic mode (once), and nodes
+        // closing one by one say nothing more about health.
+        let panic = !self.shut_down && self.census.panics(self.config.panic_threshold);
         if panic == self.panic {
             return;
         }
