@@ -739,9 +739,14 @@ impl Pool {
         id: NodeId,
         f: impl FnOnce(&mut Node, &mut Sink<'_>) -> R,
     ) -> Result<R, HandleError> {
+        let census = self.census;
         let result = self.run_node(now, id, f)?;
-        self.route_retries(now);
-        self.update_panic(now);
+        if !self.retry.is_empty() {
+            self.route_retries(now);
+        }
+        if self.census != census || self.shut_down {
+            self.update_panic(now);
+        }
         Ok(result)
     }
 
