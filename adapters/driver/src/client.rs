@@ -446,6 +446,11 @@ pub struct NodeInfo {
     pub writable: bool,
     /// Requests queued, being written or awaiting a response.
     pub in_flight: usize,
+    /// Bytes the connection's stream has taken but not yet delivered to the kernel whole
+    /// ([`IoStream::held`](crate::IoStream::held)): a TLS layer's buffer. Zero on a plain
+    /// socket. Not part of `pending_bytes`' frames' count: the frames they belong to are still
+    /// counted there, in full.
+    pub stream_held: usize,
     /// The connected socket, if the connection is past the TCP connect.
     pub socket: Option<SocketInfo>,
 }

@@ -372,6 +372,10 @@ impl Driver {
 
     fn node_info(&self, node: NodeId) -> Option<NodeInfo> {
         let conn = self.pool.current_conn(node);
+        let stream_held = match conn.and_then(|conn| self.conns.get(&conn)) {
+            Some(Conn::Open(open)) => open.stream.held(),
+            _ => 0,
+        };
         let socket = conn.and_then(|conn| match self.conns.get(&conn) {
             Some(Conn::Open(open)) => {
                 let socket = open.stream.socket();
@@ -391,6 +395,7 @@ impl Driver {
             pending_bytes: self.pool.pending_bytes(node).unwrap_or(0),
             writable: self.pool.is_writable(node).unwrap_or(false),
             in_flight: self.pool.in_flight(node).unwrap_or(0),
+            stream_held,
             socket,
         })
     }
@@ -537,7 +542,7 @@ impl Driver {
     fn handshake_failed(&mut self, now: Instant, conn: ConnId, error: HandshakeError) {
         let _ = self
             .pool
-            .handle_handshake_failed(now, conn, error.is_auth());
+            .handle_handshake_failed(now, conn, error.is_final());
         self.publish(&ClientEvent::HandshakeFailed { conn, error });
     }
 

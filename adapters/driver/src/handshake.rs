@@ -1,6 +1,13 @@
 //! The optional application handshake (TLS, an API-version exchange, authentication) that a
 //! connection runs after the TCP connect and before it carries requests. It runs under the
-//! same setup deadline as the connect.
+//! same setup deadline as the connect: when the deadline passes, the handshake is dropped
+//! wherever it is, and the connection closed.
+//!
+//! The handshake may *replace* the stream: a hook that installs TLS, compression or a proxy
+//! protocol takes the connected stream out of its [`HandshakeIo`] and hands back one that
+//! wraps it ([`HandshakeIo::upgrade`]); every request of the connection then goes through the
+//! wrapper, and the socket underneath stays reachable ([`IoStream::socket`]) for options and
+//! read-back.
 
 use std::fmt;
 use std::future::{Future, poll_fn};
@@ -34,7 +41,8 @@ where
     }
 }
 
-/// A connected stream lent to a [`HandshakeHook`].
+/// A connected stream lent to a [`HandshakeHook`]: the hook reads and writes through it, may
+/// replace the stream with one that wraps it, and hands it back.
 #[derive(Debug)]
 pub struct HandshakeIo {
     conn: ConnId,
@@ -42,17 +50,58 @@ pub struct HandshakeIo {
 }
 
 impl HandshakeIo {
-    pub(crate) fn new(conn: ConnId, stream: Box<dyn IoStream>) -> Self {
+    /// The stream `stream` of connection `conn`. A hook builds one to hand back a stream of
+    /// its own (the driver goes on with its own connection id, whatever `conn` says).
+    pub fn new(conn: ConnId, stream: Box<dyn IoStream>) -> Self {
         Self { conn, stream }
     }
 
-    pub(crate) fn into_stream(self) -> Box<dyn IoStream> {
+    /// Takes the stream out, to wrap it; hand the wrapper back with [`HandshakeIo::new`], or
+    /// do both with [`upgrade`](Self::upgrade).
+    pub fn into_stream(self) -> Box<dyn IoStream> {
         self.stream
+    }
+
+    /// Replaces the stream with the one `wrap` makes of it (a TLS session, a compressor, a
+    /// proxy protocol): from then on the handshake, and every request of the connection, go
+    /// through the new stream. It must return the socket underneath from
+    /// [`IoStream::socket`] and keep the kernel-boundary contract of [`IoStream`] (a
+    /// [`KernelAccounted`](crate::KernelAccounted) layer does).
+    ///
+    /// ```no_run
+    /// # use keepwire_driver::{HandshakeError, HandshakeIo, IoStream};
+    /// # async fn wrap_in_tls(s: Box<dyn IoStream>) -> std::io::Result<Box<dyn IoStream>> { Ok(s) }
+    /// async fn handshake(io: HandshakeIo) -> Result<HandshakeIo, HandshakeError> {
+    ///     io.upgrade(|stream| async move { wrap_in_tls(stream).await.map_err(HandshakeError::from) })
+    ///         .await
+    /// }
+    /// ```
+    pub async fn upgrade<S, F, Fut>(self, wrap: F) -> Result<Self, HandshakeError>
+    where
+        S: IoStream,
+        F: FnOnce(Box<dyn IoStream>) -> Fut,
+        Fut: Future<Output = Result<S, HandshakeError>>,
+    {
+        let conn = self.conn;
+        let stream = wrap(self.stream).await?;
+        Ok(Self::new(conn, into_boxed(stream)))
     }
 
     /// The connection being set up.
     pub fn conn(&self) -> ConnId {
         self.conn
+    }
+
+    /// Reads exactly `buf.len()` bytes; end of stream before that is `UnexpectedEof`.
+    pub async fn read_exact(&mut self, mut buf: &mut [u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            let n = self.read(buf).await?;
+            if n == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            buf = &mut buf[n..];
+        }
+        Ok(())
     }
 
     /// Reads some bytes into `buf`; `Ok(0)` is end of stream.
@@ -72,48 +121,105 @@ impl HandshakeIo {
         Ok(())
     }
 
-    /// The socket, for reading or setting options.
+    /// The socket (underneath any stream that wraps it), for reading or setting options.
     pub fn socket(&self) -> SockRef<'_> {
         self.stream.socket()
     }
 }
 
+/// `stream` as a trait object, without boxing one twice.
+fn into_boxed<S: IoStream>(stream: S) -> Box<dyn IoStream> {
+    let mut slot = Some(stream);
+    match (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<Box<dyn IoStream>>>() {
+        Some(boxed) => boxed.take().expect("just filled"),
+        None => Box::new(slot.take().expect("just filled")),
+    }
+}
+
+/// What kind of handshake failure it was: it decides what becomes of the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum HandshakeErrorKind {
+    /// Any other failure (a timeout inside the hook, a malformed answer, a reset): the node
+    /// reconnects on its backoff.
+    Failed,
+    /// The peer refused our credentials: the node enters `AuthFailed`.
+    Auth,
+    /// A certificate was rejected: the server's did not verify (unknown issuer, wrong name,
+    /// expired, ...) or the server refused ours. Final like `Auth`: the node enters
+    /// `AuthFailed`, every request waiting on it ends at once with
+    /// [`CloseReason::AuthFailed`](keepwire_proto::CloseReason::AuthFailed), and the handshake
+    /// is not tried again before the node's reconnect backoff.
+    Certificate,
+}
+
 /// Why a handshake failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HandshakeError {
-    auth: bool,
+    kind: HandshakeErrorKind,
     message: String,
 }
 
 impl HandshakeError {
     /// The peer refused our credentials: the node enters `AuthFailed`.
     pub fn auth(message: impl Into<String>) -> Self {
-        Self {
-            auth: true,
-            message: message.into(),
-        }
+        Self::new(HandshakeErrorKind::Auth, message)
+    }
+
+    /// A certificate was rejected (ours by the server, or the server's by us): the node
+    /// enters `AuthFailed`.
+    pub fn certificate(message: impl Into<String>) -> Self {
+        Self::new(HandshakeErrorKind::Certificate, message)
     }
 
     /// Any other handshake failure.
     pub fn failed(message: impl Into<String>) -> Self {
+        Self::new(HandshakeErrorKind::Failed, message)
+    }
+
+    fn new(kind: HandshakeErrorKind, message: impl Into<String>) -> Self {
         Self {
-            auth: false,
+            kind,
             message: message.into(),
         }
     }
 
-    /// Whether it was an authentication failure.
+    /// What kind of failure it was.
+    pub fn kind(&self) -> HandshakeErrorKind {
+        self.kind
+    }
+
+    /// Whether the peer refused our credentials ([`HandshakeErrorKind::Auth`]).
     pub fn is_auth(&self) -> bool {
-        self.auth
+        self.kind == HandshakeErrorKind::Auth
+    }
+
+    /// Whether a certificate was rejected ([`HandshakeErrorKind::Certificate`]).
+    pub fn is_certificate(&self) -> bool {
+        self.kind == HandshakeErrorKind::Certificate
+    }
+
+    /// Whether trying again cannot help until something changes (credentials, certificates):
+    /// an authentication or certificate failure. The node enters `AuthFailed`.
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self.kind,
+            HandshakeErrorKind::Auth | HandshakeErrorKind::Certificate
+        )
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
     }
 }
 
 impl fmt::Display for HandshakeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = if self.auth {
-            "authentication failed"
-        } else {
-            "handshake failed"
+        let kind = match self.kind {
+            HandshakeErrorKind::Failed => "handshake failed",
+            HandshakeErrorKind::Auth => "authentication failed",
+            HandshakeErrorKind::Certificate => "certificate rejected",
         };
         write!(f, "{kind}: {}", self.message)
     }

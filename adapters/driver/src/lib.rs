@@ -35,16 +35,19 @@ mod codec;
 mod driver;
 mod error;
 mod handshake;
+mod layer;
 mod runtime;
 mod socket;
 mod sync;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 pub use client::{
     BoundClientBuilder, Client, ClientBuilder, ClientEvent, Events, NodeInfo, SocketInfo,
 };
 pub use codec::{Codec, Correlation, Decoded, Decoder, EncodeError, LengthPrefixed};
 pub use error::{BuildError, CommandError, SendError, failure_of};
-pub use handshake::{HandshakeError, HandshakeHook, HandshakeIo};
+pub use handshake::{HandshakeError, HandshakeErrorKind, HandshakeHook, HandshakeIo};
 /// keepwire's sans-IO core, re-exported whole so that one runtime crate is the only
 /// dependency an application needs.
 pub use keepwire_proto as proto;
@@ -53,6 +56,7 @@ pub use keepwire_proto::{
     NodeId, NodeState, Outcome, Phase, QuarantineCause, Readmission, Reason, RequestId,
     SelectionRule, Sent, SocketOptions, SubmitError, Target, Unavailable, Violation,
 };
+pub use layer::{BufferedLayer, KernelAccounted};
 pub use runtime::{
     BoxFuture, IoStream, Runtime, Timer, begin_connect, finish_connect, sleep_until,
 };

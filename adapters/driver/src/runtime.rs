@@ -56,13 +56,39 @@ pub trait Timer: Send + fmt::Debug {
     fn poll_fire(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()>;
 }
 
-/// A connected TCP stream as the driver uses it: non-blocking reads and writes through poll
+/// A connected stream as the driver uses it: non-blocking reads and writes through poll
 /// functions, and access to the socket for reading options back.
+///
+/// The runtime crates hand the driver a plain TCP stream; a
+/// [`HandshakeHook`](crate::HandshakeHook) may replace it with a stream that wraps it (TLS,
+/// compression, a proxy protocol), which then carries every request of the connection.
+///
+/// # The kernel boundary
+///
+/// keepwire counts a frame as written (its write timeout stops, it leaves the watermarks)
+/// only when the kernel has accepted its last byte. A plain socket's write returns exactly
+/// that. A stream that *encodes* what it is given takes bytes before the kernel has their
+/// encoding, and must then keep this contract (as OpenSSL's `SSL_write` does):
+///
+/// - a write returns `Ready(Ok(n))` only once the encoding of those `n` bytes, and of nothing
+///   more, has been accepted by the kernel: it holds nothing taken from that write;
+/// - while it holds bytes it took (say, TLS records still waiting for socket space), a write
+///   returns `Pending`, having registered the waker, and [`held`](Self::held) says how many;
+///   the caller must then write **the same bytes again** (more may follow them), and the
+///   stream goes on from where it was instead of taking them twice.
+///
+/// The driver keeps to it: while a stream holds bytes, the frames they belong to stay handed
+/// out (so no deadline can drop a frame whose bytes are already encoded) and unreported (so
+/// they keep counting for the write timeout and the watermarks). [`KernelAccounted`]
+/// implements the contract over any buffering layer.
+///
+/// [`KernelAccounted`]: crate::KernelAccounted
 pub trait IoStream: Send + fmt::Debug + 'static {
     /// Reads into `buf`; `Ok(0)` is end of stream.
     fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>>;
 
-    /// Writes from `buf`, returning how many bytes the kernel accepted.
+    /// Writes from `buf`, returning how many bytes the kernel accepted (see the kernel
+    /// boundary above for a stream that encodes what it is given).
     fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>>;
 
     /// Writes from `bufs` in order, in one system call where the stream can (`writev`),
@@ -84,7 +110,15 @@ pub trait IoStream: Send + fmt::Debug + 'static {
         self.poll_write(cx, buf)
     }
 
-    /// The underlying socket, for `getsockopt` through socket2.
+    /// Bytes this stream took from writes that returned `Pending` and whose encoding the
+    /// kernel has not yet accepted whole: they must be offered again (see the kernel boundary
+    /// above). Always zero for a plain socket, which is the default.
+    fn held(&self) -> usize {
+        0
+    }
+
+    /// The underlying socket, for `getsockopt` through socket2. A stream that wraps another
+    /// returns the socket underneath, so options can still be read back and set.
     fn socket(&self) -> SockRef<'_>;
 }
 
@@ -128,4 +162,31 @@ fn connect_in_progress(e: &io::Error) -> bool {
 pub async fn sleep_until(runtime: &dyn Runtime, deadline: Instant) {
     let mut timer = runtime.new_timer(deadline);
     std::future::poll_fn(|cx| timer.as_mut().poll_fire(cx)).await;
+}
+
+/// A boxed stream is a stream (so a wrapper may hold, or return, `Box<dyn IoStream>`).
+impl<S: IoStream + ?Sized> IoStream for Box<S> {
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        (**self).poll_read(cx, buf)
+    }
+
+    fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        (**self).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        &mut self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        (**self).poll_write_vectored(cx, bufs)
+    }
+
+    fn held(&self) -> usize {
+        (**self).held()
+    }
+
+    fn socket(&self) -> SockRef<'_> {
+        (**self).socket()
+    }
 }

@@ -3,6 +3,11 @@
 //! with the codec and telling the pool whether part of one is still buffered (the pool owns
 //! the slow-drip deadline).
 //!
+//! A stream that encodes what it writes (TLS) may hold part of a hand-out in its own buffer
+//! ([`IoStream::held`]): the driver then leaves that hand-out open, unreported, and offers the
+//! same frames again when the stream can move, so the pool counts a frame as written only once
+//! its encoding is in the kernel and can never drop a frame whose bytes are already encoded.
+//!
 //! A child of the driver module (so the driver's state stays private to the two of them):
 //! [`Driver::poll_io`] runs once per round.
 
@@ -42,6 +47,10 @@ pub(super) struct OpenConn {
     inbound: BytesMut,
     /// The codec's decoder for this connection's byte stream.
     decoder: Box<dyn Decoder>,
+    /// The frames of the hand-out being written; between writes, non-empty only while the
+    /// stream holds part of them (then they are offered again, unreported, until it has
+    /// delivered them to the kernel).
+    unreported: Vec<Bytes>,
 }
 
 impl OpenConn {
@@ -55,6 +64,7 @@ impl OpenConn {
             report,
             inbound: BytesMut::new(),
             decoder,
+            unreported: Vec::new(),
         }
     }
 }
@@ -70,6 +80,10 @@ pub(super) struct WriteBufs {
     /// Connections whose last write was cut short or would block: the pool hands them out
     /// again only after [`Pool::handle_writable`](keepwire_proto::Pool::handle_writable).
     blocked: Vec<ConnId>,
+    /// Connections whose stream holds part of an unreported hand-out ([`IoStream::held`]).
+    holding: Vec<ConnId>,
+    /// `holding` as it was at the start of a flush (swapped, to keep both allocations).
+    retry: Vec<ConnId>,
 }
 
 impl Driver {
@@ -94,11 +108,19 @@ impl Driver {
             let _ = self.pool.handle_writable(now, conn);
         }
         let mut moved = false;
+        // Hand-outs a stream holds part of: the same frames again, still unreported.
+        mem::swap(&mut self.writes.holding, &mut self.writes.retry);
+        for i in 0..self.writes.retry.len() {
+            let conn = self.writes.retry[i];
+            moved |= self.write(cx, conn, true);
+            self.settle();
+        }
+        self.writes.retry.clear();
         for _ in 0..WRITE_BUDGET {
             let Some(conn) = self.pool.poll_transmit(MAX_BATCH, &mut self.writes.frames) else {
                 return moved;
             };
-            moved |= self.write(cx, conn);
+            moved |= self.write(cx, conn, false);
             self.settle();
         }
         // More may be waiting: let the reads of this round run, then continue.
@@ -106,21 +128,53 @@ impl Driver {
         moved
     }
 
-    /// One vectored write of the frames handed out for `conn`, reported to the pool; whether
-    /// bytes moved (or the connection ended).
-    fn write(&mut self, cx: &mut Context<'_>, conn: ConnId) -> bool {
+    /// One vectored write of the frames handed out for `conn` (`again`: of the hand-out its
+    /// stream holds part of), reported to the pool unless the stream still holds some of it;
+    /// whether bytes moved (or the connection ended).
+    fn write(&mut self, cx: &mut Context<'_>, conn: ConnId, again: bool) -> bool {
         let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
+            if again {
+                // Closed meanwhile: the pool ended the hand-out with the connection.
+                return false;
+            }
             // The pool hands out only established connections, and those are open here.
             // Should one not be, report nothing written: it stays blocked until it closes.
             debug_assert!(false, "bytes handed out for {conn:?}, which is not open");
             let _ = self.pool.handle_written(self.now(), conn, 0);
             return false;
         };
+        if !again {
+            // The connection keeps the hand-out until it is reported; the two vectors trade
+            // their allocations.
+            debug_assert!(open.unreported.is_empty());
+            mem::swap(&mut open.unreported, &mut self.writes.frames);
+        }
         let mut slices: Vec<IoSlice<'_>> = mem::take(&mut self.writes.slices);
-        slices.extend(self.writes.frames.iter().map(|frame| IoSlice::new(frame)));
-        let total: usize = self.writes.frames.iter().map(Bytes::len).sum();
+        slices.extend(open.unreported.iter().map(|frame| IoSlice::new(frame)));
+        let total: usize = open.unreported.iter().map(Bytes::len).sum();
         let written = open.stream.poll_write_vectored(cx, &slices);
         self.writes.slices = recycle(slices);
+        if open.stream.held() > 0 {
+            match written {
+                Poll::Pending => {
+                    // The stream registered the waker; the frames stay handed out.
+                    self.writes.holding.push(conn);
+                    return false;
+                }
+                Poll::Ready(Err(ref e)) if e.kind() == io::ErrorKind::Interrupted => {
+                    self.writes.holding.push(conn);
+                    cx.waker().wake_by_ref();
+                    return true;
+                }
+                // An error closes the connection; a count is reported (a stream holding
+                // bytes after returning one breaks its contract: it is believed all the same).
+                _ => debug_assert!(
+                    matches!(written, Poll::Ready(Err(_))),
+                    "a stream returned a count while holding bytes"
+                ),
+            }
+        }
+        open.unreported.clear();
         let now = self.now();
         match written {
             Poll::Ready(Ok(0)) if total > 0 => {
