@@ -13,6 +13,7 @@
 pub mod netns;
 pub mod peers;
 pub mod runtimes;
+pub mod tls;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -245,6 +246,35 @@ macro_rules! test_on_every_runtime {
         }
         mod on_async_std {
             $( #[test] fn $case() { <$crate::AsyncStd as $crate::TestRuntime>::run(super::$case) } )*
+        }
+    };
+}
+
+/// Like [`test_on_every_runtime!`] for `async fn case(runtime, tls: TlsOn)` bodies: each
+/// runtime with its own crate's TLS ([`tls::TlsOn`]).
+#[macro_export]
+macro_rules! test_tls_on_every_runtime {
+    ($($case:ident),* $(,)?) => {
+        mod on_tokio {
+            $( #[test] fn $case() {
+                <$crate::Tokio as $crate::TestRuntime>::run(|runtime| {
+                    super::$case(runtime, $crate::tls::TlsOn::Tokio)
+                })
+            } )*
+        }
+        mod on_smol {
+            $( #[test] fn $case() {
+                <$crate::Smol as $crate::TestRuntime>::run(|runtime| {
+                    super::$case(runtime, $crate::tls::TlsOn::Smol)
+                })
+            } )*
+        }
+        mod on_async_std {
+            $( #[test] fn $case() {
+                <$crate::AsyncStd as $crate::TestRuntime>::run(|runtime| {
+                    super::$case(runtime, $crate::tls::TlsOn::AsyncStd)
+                })
+            } )*
         }
     };
 }

@@ -22,6 +22,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "tls")]
+pub mod tls;
+
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;

@@ -1,0 +1,490 @@
+//! TLS on real sockets, on every runtime, each with its own crate's `tls` feature
+//! (tokio-rustls for tokio, futures-rustls for smol and async-std), against loopback rustls
+//! servers with certificates made by rcgen: a server that answers, one that completes the
+//! handshake and then stops reading (the write timeout fires as for a plaintext peer, at the
+//! same instant; the watermarks reject as for a plaintext peer, and the memory bound holds),
+//! one that stalls in the middle of the handshake (the setup timeout), and certificates that
+//! do not verify (a typed, final failure).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant as WallClock};
+
+use keepwire_driver::tls::{BUFFER_LIMIT, TlsConfig};
+use keepwire_driver::{
+    Client, ClientBuilder, ClientEvent, Events, HandshakeErrorKind, Runtime, SendError, Target,
+};
+use keepwire_proto::{CloseReason, Config, Event, Instant, NodeId, NodeState, Reason, Sent};
+use keepwire_tests::peers::Peer;
+use keepwire_tests::tls::{Pki, TlsBehaviour, TlsOn, TlsPeer};
+use keepwire_tests::{sleep, spawn, test_config, test_tls_on_every_runtime, wait_for};
+
+const MIB: usize = 1024 * 1024;
+/// How late a timer may fire on a loaded 2-core CI machine and still count as "on time": the
+/// driver arms its timer at the pool's exact deadline, so this is the runtime's timer
+/// granularity (1 ms on tokio) plus scheduling latency.
+const TICK: Duration = Duration::from_millis(50);
+
+fn start(
+    runtime: &Arc<dyn Runtime>,
+    config: Config,
+    addr: std::net::SocketAddr,
+    tls: Option<(TlsOn, TlsConfig)>,
+) -> (Client, NodeId, Events) {
+    let mut builder = ClientBuilder::new(config).node(addr);
+    if let Some((on, config)) = tls {
+        builder = on.handshake(builder, config);
+    }
+    let client = builder.build(Arc::clone(runtime)).unwrap();
+    let events = client.subscribe();
+    let node = client.initial_nodes()[0];
+    (client, node, events)
+}
+
+fn stalling_config() -> Config {
+    let mut config = test_config();
+    config.socket.send_buffer_size = Some(4096);
+    config.socket.recv_buffer_size = Some(4096);
+    config.socket.user_timeout = None;
+    config
+}
+
+/// A TLS server that answers: small requests, many at once (framed into shared records), and
+/// a 1 MiB one (written in several takes of the TLS layer, each reported only once its
+/// ciphertext is in the kernel); the socket under the TLS session stays reachable.
+async fn a_tls_server_answers(runtime: Arc<dyn Runtime>, tls: TlsOn) {
+    let pki = Pki::new();
+    let peer = TlsPeer::start(pki.server_config(), TlsBehaviour::Echo);
+    let (client, node, _events) = start(
+        &runtime,
+        test_config(),
+        peer.addr(),
+        Some((tls, pki.client_config())),
+    );
+    let reply = client
+        .send(Target::Node(node), &b"over tls"[..], Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(&reply[..], b"over tls");
+
+    let many: Vec<_> = (0..50)
+        .map(|i| {
+            let client = client.clone();
+            spawn(&*runtime, async move {
+                let payload = format!("request {i}");
+                let reply = client
+                    .send(Target::Node(node), payload.clone(), Duration::from_secs(5))
+                    .await;
+                (payload, reply)
+            })
+        })
+        .collect();
+    for task in many {
+        let (payload, reply) = task.join().await;
+        assert_eq!(reply.unwrap(), payload.as_bytes());
+    }
+
+    let big: Vec<u8> = (0..MIB).map(|i| (i % 251) as u8).collect();
+    let reply = client
+        .send(Target::Node(node), big.clone(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(reply[..] == big[..], "the 1 MiB answer differs");
+
+    let info = client.node_info(node).await.unwrap();
+    assert_eq!(info.state, NodeState::Ready);
+    assert_eq!(info.stream_held, 0, "nothing held once everything is answered");
+    let socket = info.socket.expect("the socket under the TLS session");
+    assert_eq!(socket.peer_addr, Some(peer.addr()));
+    assert_eq!(socket.readback.nodelay, Some(true), "{:?}", socket.readback);
+    assert_eq!((peer.accepted(), peer.handshakes()), (1, 1));
+    assert_eq!(peer.requests(), 52);
+    client.shutdown().await;
+}
+
+/// When the connection became ready and when it closed for a write timeout, on the pool's
+/// clock.
+async fn ready_and_write_timeout(runtime: &dyn Runtime, events: &mut Events) -> (Instant, Instant) {
+    let ready = wait_for(runtime, events, Duration::from_secs(3), "ready", |e| match e {
+        Event::StateChanged {
+            to: NodeState::Ready,
+            at,
+            ..
+        } => Some(*at),
+        _ => None,
+    })
+    .await;
+    let closed = wait_for(runtime, events, Duration::from_secs(3), "close", |e| match e {
+        Event::StateChanged {
+            reason: Reason::Closed(CloseReason::WriteTimeout),
+            at,
+            ..
+        } => Some(*at),
+        _ => None,
+    })
+    .await;
+    (ready, closed)
+}
+
+/// A TLS peer that completes the handshake and stops reading, next to a plaintext peer that
+/// never reads, under the same load (a 4 MiB request, a small one queued behind it) and the
+/// same 500 ms write timeout: both connections close for the write timeout within one tick
+/// of its limit, on the pool's clock, and the requests end alike. While stalled, the TLS
+/// layer holds at most its buffer limit (the bytes it took whose ciphertext the kernel has
+/// not accepted) and the 4 MiB frame still counts in full.
+async fn a_stalled_tls_peer_trips_the_write_timeout_like_a_plaintext_one(
+    runtime: Arc<dyn Runtime>,
+    tls: TlsOn,
+) {
+    let pki = Pki::new();
+    let tls_peer = TlsPeer::never_read(pki.server_config());
+    let plain_peer = Peer::never_read();
+    let config = stalling_config();
+    let (tls_client, tls_node, mut tls_events) = start(
+        &runtime,
+        config.clone(),
+        tls_peer.addr(),
+        Some((tls, pki.client_config())),
+    );
+    let (plain_client, plain_node, mut plain_events) =
+        start(&runtime, config, plain_peer.addr(), None);
+    let send = |client: &Client, node, payload: Vec<u8>| {
+        let client = client.clone();
+        spawn(&*runtime, async move {
+            client
+                .send(Target::Node(node), payload, Duration::from_secs(10))
+                .await
+        })
+    };
+    let started = WallClock::now();
+    let tls_big = send(&tls_client, tls_node, vec![7; 4 * MIB]);
+    let plain_big = send(&plain_client, plain_node, vec![7; 4 * MIB]);
+    sleep(&*runtime, Duration::from_millis(50)).await;
+    let tls_small = send(&tls_client, tls_node, b"queued behind".to_vec());
+    let plain_small = send(&plain_client, plain_node, b"queued behind".to_vec());
+
+    // Stalled, before the write timeout: the TLS layer holds what it took (at most its
+    // buffer limit) and the frame is still pending in full.
+    sleep(&*runtime, Duration::from_millis(200)).await;
+    let info = tls_client.node_info(tls_node).await.unwrap();
+    assert_eq!(info.state, NodeState::Ready);
+    println!(
+        "stalled TLS connection: {} bytes pending, {} held by the TLS layer (limit {BUFFER_LIMIT})",
+        info.pending_bytes, info.stream_held
+    );
+    assert!(info.stream_held > 0, "the TLS layer holds the stalled bytes");
+    assert!(info.stream_held <= BUFFER_LIMIT, "{}", info.stream_held);
+    assert!(info.pending_bytes >= (4 * MIB) as u64, "{}", info.pending_bytes);
+
+    let (tls_big, plain_big) = (tls_big.join().await, plain_big.join().await);
+    let detected = started.elapsed();
+    let cause = |r: &Result<_, SendError>| match r {
+        Err(SendError::ConnectionLost { cause, .. }) => Some(*cause),
+        _ => None,
+    };
+    assert_eq!(cause(&tls_big), Some(CloseReason::WriteTimeout), "{tls_big:?}");
+    assert_eq!(cause(&plain_big), Some(CloseReason::WriteTimeout), "{plain_big:?}");
+    // The kernel took the start of the frame in both: the server may have part of it. (Over
+    // TLS it reads `Unknown` rather than `Partly` when the kernel never took the whole of the
+    // TLS layer's first take: those bytes stay handed out, unreported.)
+    for big in [&tls_big, &plain_big] {
+        let sent = big.as_ref().unwrap_err().sent().unwrap();
+        assert!(sent.may_have_reached_server(), "{big:?}");
+    }
+    for small in [tls_small.join().await, plain_small.join().await] {
+        assert_eq!(
+            small,
+            Err(SendError::ConnectionLost {
+                cause: CloseReason::WriteTimeout,
+                sent: Sent::Nothing,
+                retried: false,
+            })
+        );
+    }
+    println!("both write timeouts seen by the callers after {detected:?} (limit 500 ms)");
+
+    let (tls_ready, tls_closed) = ready_and_write_timeout(&*runtime, &mut tls_events).await;
+    let (plain_ready, plain_closed) = ready_and_write_timeout(&*runtime, &mut plain_events).await;
+    let limit = Duration::from_millis(500);
+    let tls_took = tls_closed - tls_ready;
+    let plain_took = plain_closed - plain_ready;
+    println!(
+        "write timeout on the pool's clock: TLS {tls_took:?}, plaintext {plain_took:?} after \
+         ready (limit {limit:?})"
+    );
+    for took in [tls_took, plain_took] {
+        assert!(took > limit && took < limit + TICK, "{took:?}");
+    }
+    let counters = tls_client.counters().await.unwrap();
+    assert_eq!(counters.write_timeouts, 1, "{counters:?}");
+    assert_eq!(tls_peer.handshakes(), 1);
+    tls_client.shutdown().await;
+    plain_client.shutdown().await;
+}
+
+/// Over TLS as in plaintext: with the write timeout off and a 64 KiB high watermark, once
+/// enough is queued behind a TLS peer that stopped reading, the next send fails at once with
+/// `NotWritable` and the connection stays open; pending bytes stay within the high
+/// watermark plus one frame, and the TLS layer's own buffer within its limit.
+async fn a_send_above_the_high_watermark_fails_at_once_over_tls(
+    runtime: Arc<dyn Runtime>,
+    tls: TlsOn,
+) {
+    let pki = Pki::new();
+    let peer = TlsPeer::never_read(pki.server_config());
+    let mut config = stalling_config();
+    config.write_timeout = Duration::ZERO;
+    config.high_watermark = 64 * 1024;
+    config.low_watermark = 32 * 1024;
+    let (client, node, mut events) = start(
+        &runtime,
+        config,
+        peer.addr(),
+        Some((tls, pki.client_config())),
+    );
+    let mut queued = Vec::new();
+    while client.node_info(node).await.unwrap().writable {
+        assert!(queued.len() < 64, "never became unwritable");
+        let client = client.clone();
+        queued.push(spawn(&*runtime, async move {
+            client
+                .send(Target::Node(node), vec![1u8; 8 * 1024], Duration::from_secs(20))
+                .await
+        }));
+        sleep(&*runtime, Duration::from_millis(10)).await;
+    }
+    let pending = wait_for(
+        &*runtime,
+        &mut events,
+        Duration::from_secs(1),
+        "unwritable flip",
+        |e| match e {
+            Event::Writability {
+                writable: false,
+                pending,
+                ..
+            } => Some(*pending),
+            _ => None,
+        },
+    )
+    .await;
+    assert!(pending > 64 * 1024, "flipped at {pending} bytes");
+
+    let started = WallClock::now();
+    let rejected = client
+        .send(Target::Node(node), vec![2u8; 8 * 1024], Duration::from_secs(20))
+        .await;
+    let took = started.elapsed();
+    assert_eq!(rejected, Err(SendError::NotWritable));
+    assert!(took < Duration::from_secs(1), "rejection took {took:?}");
+
+    let info = client.node_info(node).await.unwrap();
+    assert_eq!(info.state, NodeState::Ready, "the connection stays open");
+    println!(
+        "unwritable TLS connection: {} bytes pending (high watermark 65536 + one 8 KiB frame), \
+         {} held by the TLS layer (limit {BUFFER_LIMIT})",
+        info.pending_bytes, info.stream_held
+    );
+    assert!(
+        info.pending_bytes <= 64 * 1024 + 8 * 1024 + 96,
+        "{} pending",
+        info.pending_bytes
+    );
+    assert!(info.stream_held <= BUFFER_LIMIT, "{}", info.stream_held);
+    let counters = client.counters().await.unwrap();
+    assert_eq!(counters.write_timeouts, 0, "{counters:?}");
+    assert_eq!(peer.accepted(), 1);
+
+    client.shutdown().await;
+    let mut late_rejections = 0;
+    let mut sent = Vec::new();
+    for request in queued {
+        match request.join().await {
+            Err(SendError::NotWritable) => late_rejections += 1,
+            Err(SendError::ConnectionLost {
+                cause: CloseReason::Shutdown,
+                sent: s,
+                retried: false,
+            }) => sent.push(s),
+            other => panic!("every queued request ends typed: {other:?}"),
+        }
+    }
+    assert!(
+        sent.contains(&Sent::Nothing),
+        "those above the watermark never left: {sent:?}"
+    );
+    assert!(
+        sent.iter().any(|s| s.may_have_reached_server()),
+        "the kernel took the first ones: {sent:?}"
+    );
+    assert!(
+        (1..=1 + late_rejections).contains(&counters.unwritable_rejections),
+        "{counters:?}, {late_rejections} filler sends rejected"
+    );
+}
+
+/// A server that takes the ClientHello and never answers: the setup timeout (300 ms) cuts the
+/// handshake, as it cuts a hanging connect, and the request fails with nothing sent.
+async fn a_tls_handshake_that_stalls_is_cut_by_the_setup_timeout(
+    runtime: Arc<dyn Runtime>,
+    tls: TlsOn,
+) {
+    let pki = Pki::new();
+    let peer = TlsPeer::start(pki.server_config(), TlsBehaviour::StallHandshake);
+    let (client, node, mut events) = start(
+        &runtime,
+        test_config(),
+        peer.addr(),
+        Some((tls, pki.client_config())),
+    );
+    let started = WallClock::now();
+    let outcome = client
+        .send(Target::Node(node), &b"hello"[..], Duration::from_secs(5))
+        .await;
+    let took = started.elapsed();
+    assert_eq!(
+        outcome,
+        Err(SendError::ConnectionLost {
+            cause: CloseReason::SetupTimeout,
+            sent: Sent::Nothing,
+            retried: false,
+        })
+    );
+    println!("stalled TLS handshake abandoned after {took:?} (setup timeout 300 ms)");
+    assert!(took >= Duration::from_millis(300), "{took:?}");
+    assert!(took < Duration::from_millis(1300), "{took:?}");
+    let connecting = wait_for(
+        &*runtime,
+        &mut events,
+        Duration::from_secs(1),
+        "connecting",
+        |e| match e {
+            Event::StateChanged {
+                to: NodeState::Connecting,
+                at,
+                ..
+            } => Some(*at),
+            _ => None,
+        },
+    )
+    .await;
+    let handshaking = wait_for(
+        &*runtime,
+        &mut events,
+        Duration::from_secs(1),
+        "handshaking",
+        |e| match e {
+            Event::StateChanged {
+                to: NodeState::Handshaking,
+                ..
+            } => Some(()),
+            _ => None,
+        },
+    )
+    .await;
+    let abandoned = wait_for(
+        &*runtime,
+        &mut events,
+        Duration::from_secs(1),
+        "setup timeout",
+        |e| match e {
+            Event::StateChanged {
+                reason: Reason::Closed(CloseReason::SetupTimeout),
+                at,
+                ..
+            } => Some(*at),
+            _ => None,
+        },
+    )
+    .await;
+    let _ = handshaking;
+    let on_pool_clock = abandoned - connecting;
+    println!("on the pool's clock: {on_pool_clock:?} from connecting to the setup timeout");
+    let limit = Duration::from_millis(300);
+    assert!(
+        on_pool_clock > limit && on_pool_clock < limit + TICK,
+        "{on_pool_clock:?}"
+    );
+    assert_eq!(peer.handshakes(), 0);
+    let counters = client.counters().await.unwrap();
+    assert_eq!(counters.setup_timeouts, 1, "{counters:?}");
+    client.shutdown().await;
+}
+
+/// Certificates that do not verify: one signed by a CA the client does not trust, and one for
+/// another name. Each ends the handshake at once (well before the setup timeout) with a typed
+/// certificate failure: the node enters `AuthFailed`, the request ends with
+/// `CloseReason::AuthFailed` and nothing sent, and it is not retried.
+async fn a_bad_certificate_is_a_typed_final_failure(runtime: Arc<dyn Runtime>, tls: TlsOn) {
+    let trusted = Pki::new();
+    let other_ca = Pki::new();
+    let wrong_name = Pki::for_names(&["not-localhost.example"]);
+    let cases = [
+        ("untrusted issuer", other_ca.server_config(), trusted.client_config()),
+        ("wrong name", wrong_name.server_config(), wrong_name.client_config()),
+    ];
+    for (case, server, client_tls) in cases {
+        let peer = TlsPeer::start(server, TlsBehaviour::Echo);
+        let (client, node, mut events) =
+            start(&runtime, test_config(), peer.addr(), Some((tls, client_tls)));
+        let started = WallClock::now();
+        let outcome = client
+            .send(Target::Node(node), &b"hello"[..], Duration::from_secs(5))
+            .await;
+        let took = started.elapsed();
+        println!("{case}: {outcome:?} after {took:?}");
+        assert_eq!(
+            outcome,
+            Err(SendError::ConnectionLost {
+                cause: CloseReason::AuthFailed,
+                sent: Sent::Nothing,
+                retried: false,
+            }),
+            "{case}"
+        );
+        assert!(took < Duration::from_millis(300), "{case}: {took:?}");
+        let error = sleep_until_event(&*runtime, &mut events, |e| match e {
+            ClientEvent::HandshakeFailed { error, .. } => Some(error.clone()),
+            _ => None,
+        })
+        .await;
+        assert_eq!(error.kind(), HandshakeErrorKind::Certificate, "{case}: {error}");
+        assert!(error.is_final(), "{case}");
+        println!("{case}: {error}");
+        let info = client.node_info(node).await.unwrap();
+        assert!(
+            matches!(info.state, NodeState::AuthFailed { .. }),
+            "{case}: {:?}",
+            info.state
+        );
+        let counters = client.counters().await.unwrap();
+        assert_eq!(counters.connects, 1, "{case}: tried once, {counters:?}");
+        assert_eq!(peer.handshakes(), 0, "{case}");
+        client.shutdown().await;
+    }
+}
+
+/// The first client event `matches` selects, within 1 s.
+async fn sleep_until_event<T>(
+    runtime: &dyn Runtime,
+    events: &mut Events,
+    mut matches: impl FnMut(&ClientEvent) -> Option<T>,
+) -> T {
+    let found = keepwire_tests::within(runtime, Duration::from_secs(1), async {
+        while let Some(event) = events.recv().await {
+            if let Some(found) = matches(&event) {
+                return Some(found);
+            }
+        }
+        None
+    })
+    .await;
+    found.flatten().expect("the client event")
+}
+
+test_tls_on_every_runtime!(
+    a_tls_server_answers,
+    a_stalled_tls_peer_trips_the_write_timeout_like_a_plaintext_one,
+    a_send_above_the_high_watermark_fails_at_once_over_tls,
+    a_tls_handshake_that_stalls_is_cut_by_the_setup_timeout,
+    a_bad_certificate_is_a_typed_final_failure,
+);
