@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
+use keepwire_driver::tls::TlsConfig;
 use keepwire_driver::tls::rustls::pki_types::pem::PemObject;
 use keepwire_driver::tls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use keepwire_driver::tls::rustls::{self, ServerConfig, ServerConnection, StreamOwned};
-use keepwire_driver::tls::TlsConfig;
 use keepwire_driver::{ClientBuilder, HandshakeError, HandshakeIo, LengthPrefixed};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -45,7 +45,9 @@ impl Pki {
             std::process::id(),
             CAS.fetch_add(1, Ordering::Relaxed)
         );
-        ca_params.distinguished_name.push(DnType::CommonName, ca_name);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, ca_name);
         let ca_key = KeyPair::generate().expect("CA key");
         let ca = CertifiedIssuer::self_signed(ca_params, ca_key).expect("CA certificate");
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
@@ -157,8 +159,7 @@ impl TlsPeer {
         behaviour: TlsBehaviour,
         recv_buffer: Option<usize>,
     ) -> Self {
-        let socket =
-            Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).expect("socket");
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).expect("socket");
         if let Some(size) = recv_buffer {
             socket.set_recv_buffer_size(size).expect("receive buffer");
         }

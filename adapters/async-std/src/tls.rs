@@ -26,13 +26,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use async_std::io::{Read as AsyncRead, Write as AsyncWrite};
 use futures_rustls::TlsConnector;
 use futures_rustls::client::TlsStream;
 pub use keepwire_driver::tls::*;
 use keepwire_driver::{
     BufferedLayer, HandshakeError, HandshakeHook, HandshakeIo, IoStream, KernelAccounted,
 };
-use async_std::io::{Read as AsyncRead, Write as AsyncWrite};
 use socket2::SockRef;
 
 /// A [`HandshakeHook`] that runs a TLS handshake with `config` on every new connection.
@@ -70,11 +70,7 @@ impl BufferedLayer for FuturesTls {
         Pin::new(&mut self.0).poll_read(cx, buf)
     }
 
-    fn poll_take(
-        &mut self,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
+    fn poll_take(&mut self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
     }
 

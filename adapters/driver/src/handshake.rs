@@ -72,8 +72,10 @@ impl HandshakeIo {
     /// # use keepwire_driver::{HandshakeError, HandshakeIo, IoStream};
     /// # async fn wrap_in_tls(s: Box<dyn IoStream>) -> std::io::Result<Box<dyn IoStream>> { Ok(s) }
     /// async fn handshake(io: HandshakeIo) -> Result<HandshakeIo, HandshakeError> {
-    ///     io.upgrade(|stream| async move { wrap_in_tls(stream).await.map_err(HandshakeError::from) })
-    ///         .await
+    ///     io.upgrade(|stream| async move {
+    ///         wrap_in_tls(stream).await.map_err(HandshakeError::from)
+    ///     })
+    ///     .await
     /// }
     /// ```
     pub async fn upgrade<S, F, Fut>(self, wrap: F) -> Result<Self, HandshakeError>

@@ -30,8 +30,7 @@ pub trait BufferedLayer: Send + fmt::Debug + 'static {
     /// what it can of the encoding to the kernel on the way); returns how many it took.
     /// `Pending` (with the waker registered) only when it took none. The layer bounds what it
     /// buffers: it takes fewer bytes when its buffer is full.
-    fn poll_take(&mut self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>])
-    -> Poll<io::Result<usize>>;
+    fn poll_take(&mut self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>>;
 
     /// Pushes the buffered encoding to the kernel: `Ready(Ok(()))` once the kernel has taken
     /// all of it, `Pending` (with the waker registered) while the socket is full.
@@ -111,7 +110,8 @@ impl<L: BufferedLayer> IoStream for KernelAccounted<L> {
                 return Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
                     format!(
-                        "{} bytes taken by the stream layer were not offered again ({offered} were)",
+                        "{} bytes taken by the stream layer were not offered again \
+                         ({offered} were)",
                         self.taken
                     ),
                 )));

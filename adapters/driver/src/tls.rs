@@ -147,7 +147,9 @@ impl TlsConfigBuilder {
     /// Trusts `root` (DER) as a certificate authority.
     pub fn root(mut self, root: CertificateDer<'static>) -> Self {
         if let Err(e) = self.roots.add(root) {
-            self.fail(TlsConfigError::Certificate(format!("a root certificate: {e}")));
+            self.fail(TlsConfigError::Certificate(format!(
+                "a root certificate: {e}"
+            )));
         }
         self
     }
@@ -244,8 +246,7 @@ impl TlsConfigBuilder {
         let server_name = self
             .server_name
             .map(|name| {
-                ServerName::try_from(name.clone())
-                    .map_err(|_| TlsConfigError::ServerName(name))
+                ServerName::try_from(name.clone()).map_err(|_| TlsConfigError::ServerName(name))
             })
             .transpose()?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -351,7 +352,10 @@ mod tests {
             TlsConfig::builder().build().unwrap_err(),
             TlsConfigError::NoTrust
         );
-        let error = TlsConfig::builder().roots_pem(b"not pem").build().unwrap_err();
+        let error = TlsConfig::builder()
+            .roots_pem(b"not pem")
+            .build()
+            .unwrap_err();
         assert!(matches!(error, TlsConfigError::Certificate(_)), "{error}");
     }
 
@@ -375,7 +379,8 @@ mod tests {
                 _: &[u8],
                 _: &CertificateDer<'_>,
                 _: &rustls::DigitallySignedStruct,
-            ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error>
+            {
                 Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
             }
             fn verify_tls13_signature(
@@ -383,7 +388,8 @@ mod tests {
                 _: &[u8],
                 _: &CertificateDer<'_>,
                 _: &rustls::DigitallySignedStruct,
-            ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error>
+            {
                 Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
             }
             fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
@@ -413,7 +419,10 @@ mod tests {
             io::ErrorKind::InvalidData,
             rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
         );
-        assert_eq!(handshake_error(&bad).kind(), HandshakeErrorKind::Certificate);
+        assert_eq!(
+            handshake_error(&bad).kind(),
+            HandshakeErrorKind::Certificate
+        );
         let refused = io::Error::new(
             io::ErrorKind::InvalidData,
             rustls::Error::AlertReceived(AlertDescription::CertificateRequired),

@@ -19,6 +19,12 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! **Feature `tls`** (off by default): TLS on rustls through tokio-rustls, with ring as
+//! the crypto provider and no OpenSSL, in the `tls` module:
+//! `.handshake(keepwire_tokio::tls::handshake(config))` runs the TLS handshake under the setup
+//! deadline, and a frame then counts as written only when its ciphertext has reached the
+//! kernel.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -75,11 +75,7 @@ impl BufferedLayer for TokioTls {
         }
     }
 
-    fn poll_take(
-        &mut self,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
+    fn poll_take(&mut self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
     }
 
