@@ -12,6 +12,7 @@
 
 pub mod netns;
 pub mod peers;
+pub mod protocols;
 pub mod runtimes;
 
 use std::future::Future;
