@@ -14,6 +14,7 @@ pub mod netns;
 pub mod peers;
 pub mod protocols;
 pub mod runtimes;
+pub mod servers;
 
 use std::future::Future;
 use std::sync::Arc;
