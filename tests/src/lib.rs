@@ -45,6 +45,32 @@ pub async fn within<F: Future>(
     .await
 }
 
+/// `future`'s output; panics with `what` if it takes longer than `limit` (every real-server
+/// test body is bounded so).
+pub async fn bounded<F: Future>(
+    runtime: &dyn Runtime,
+    limit: Duration,
+    what: &str,
+    future: F,
+) -> F::Output {
+    match within(runtime, limit, future).await {
+        Some(output) => output,
+        None => panic!("{what}: not done within {limit:?}"),
+    }
+}
+
+/// The runtime's short name for test output: `tokio`, `smol` or `async-std`.
+pub fn runtime_name(runtime: &dyn Runtime) -> &'static str {
+    let debug = format!("{runtime:?}");
+    if debug.contains("Tokio") {
+        "tokio"
+    } else if debug.contains("AsyncStd") || debug.contains("SpawnHere") {
+        "async-std"
+    } else {
+        "smol"
+    }
+}
+
 /// Runs `future` as a task on `runtime`; await the returned handle for its output.
 pub fn spawn<T, F>(runtime: &dyn Runtime, future: F) -> Task<T>
 where

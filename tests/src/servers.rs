@@ -253,7 +253,12 @@ impl Process {
         // SAFETY: the child is not reaped while `self` exists (only `stop` waits for it, and
         // it consumes `self`), so `pid` names our child; kill has no memory effects.
         let done = unsafe { libc::kill(pid, signal.number()) };
-        assert_eq!(done, 0, "kill -{signal:?} {pid}: {}", io::Error::last_os_error());
+        assert_eq!(
+            done,
+            0,
+            "kill -{signal:?} {pid}: {}",
+            io::Error::last_os_error()
+        );
     }
 
     /// Whether it has exited (then with the end of its log).
@@ -358,7 +363,9 @@ fn server_user() -> Result<Option<(u32, u32)>, ServerError> {
         }
         match (id("-u"), id("-g")) {
             (Some(uid), Some(gid)) => Ok(Some((uid, gid))),
-            _ => Err(ServerError::new(format!("cannot read the ids of {SERVER_USER}"))),
+            _ => Err(ServerError::new(format!(
+                "cannot read the ids of {SERVER_USER}"
+            ))),
         }
     })
     .clone()
@@ -420,7 +427,10 @@ impl<T> Shared<T> {
     }
 
     /// The running server, or a new one from `start`.
-    pub fn get(&self, start: impl FnOnce() -> Result<T, ServerError>) -> Result<Arc<T>, ServerError> {
+    pub fn get(
+        &self,
+        start: impl FnOnce() -> Result<T, ServerError>,
+    ) -> Result<Arc<T>, ServerError> {
         let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(server) = slot.upgrade() {
             return Ok(server);
@@ -476,7 +486,18 @@ impl MemcachedServer {
     fn spawn(&mut self) -> Result<(), ServerError> {
         let mut command = Command::new(&self.program);
         command
-            .args(["-l", "127.0.0.1", "-U", "0", "-t", "2", "-c", "4096", "-m", "512"])
+            .args([
+                "-l",
+                "127.0.0.1",
+                "-U",
+                "0",
+                "-t",
+                "2",
+                "-c",
+                "4096",
+                "-m",
+                "512",
+            ])
             .args(["-p", &self.port.to_string()]);
         if is_root() {
             command.args(["-u", "nobody"]);
@@ -602,7 +623,17 @@ fn template() -> Result<PathBuf, ServerError> {
             chown(&dir, user)?;
             let data = dir.join("data");
             let out = run_as(&mut Command::new(initdb), user)
-                .args(["-N", "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C", "-D"])
+                .args([
+                    "-N",
+                    "-A",
+                    "trust",
+                    "-U",
+                    "postgres",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                    "-D",
+                ])
                 .arg(&data)
                 .current_dir(&dir)
                 .output()
@@ -676,7 +707,9 @@ impl PostgresServer {
         let mut process = Process::spawn(&mut command, Kind::Postgres, &dir.join("log"))?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let ready = wait_ready(&mut process, "postgres", || {
-            query(addr, "postgres", None, "SELECT 1").map(drop).map_err(|e| e.to_string())
+            query(addr, "postgres", None, "SELECT 1")
+                .map(drop)
+                .map_err(|e| e.to_string())
         });
         match ready {
             Ok(()) => Ok(process),

@@ -187,9 +187,8 @@ pub fn version() -> Bytes {
 }
 
 fn command(words: &[&[u8]], data: Option<&[u8]>) -> Bytes {
-    let len = words.iter().map(|w| w.len() + 1).sum::<usize>()
-        + 1
-        + data.map_or(0, |d| d.len() + 2);
+    let len =
+        words.iter().map(|w| w.len() + 1).sum::<usize>() + 1 + data.map_or(0, |d| d.len() + 2);
     let mut out = BytesMut::with_capacity(len);
     for (i, word) in words.iter().enumerate() {
         if i > 0 {
@@ -257,7 +256,10 @@ impl fmt::Display for RequestError {
                 "the data block is {actual} bytes, the command announced {declared} + 2"
             ),
             Self::ValueTooLarge { len, max } => {
-                write!(f, "a value of {len} bytes is longer than the limit of {max}")
+                write!(
+                    f,
+                    "a value of {len} bytes is longer than the limit of {max}"
+                )
             }
             Self::Trailing => write!(f, "bytes after the command: one command per request"),
         }
@@ -668,8 +670,7 @@ impl Decoder for MemcachedDecoder {
             self.sequence = None;
         }
         loop {
-            let Some((part, len)) = parse_part(&buf[self.checked..], self.limits.max_value)?
-            else {
+            let Some((part, len)) = parse_part(&buf[self.checked..], self.limits.max_value)? else {
                 // A value announced past the response limit is refused before it arrives.
                 return Ok(None);
             };
@@ -898,8 +899,14 @@ mod tests {
             (b"STORED\n", Violation::MalformedHeader),
             (b"VALUE k x 3\r\n", Violation::MalformedHeader),
             (b"VALUE k 0 3\r\nabcd\r\n", Violation::MalformedHeader),
-            (b"VALUE k 0 3\r\nabc\r\nSTORED\r\n", Violation::MalformedHeader),
-            (b"VALUE k 0 3\r\nabc\r\nSTAT a b\r\n", Violation::MalformedHeader),
+            (
+                b"VALUE k 0 3\r\nabc\r\nSTORED\r\n",
+                Violation::MalformedHeader,
+            ),
+            (
+                b"VALUE k 0 3\r\nabc\r\nSTAT a b\r\n",
+                Violation::MalformedHeader,
+            ),
             (
                 b"VALUE k 0 99999999999\r\n",
                 Violation::FrameTooLong {
@@ -914,7 +921,10 @@ mod tests {
             assert_eq!(got, Err(*violation), "{:?}", String::from_utf8_lossy(input));
         }
         let endless = vec![b'1'; MAX_LINE + 2];
-        let got = decode_all(&mut *Memcached::new().decoder(), &mut BytesMut::from(&endless[..]));
+        let got = decode_all(
+            &mut *Memcached::new().decoder(),
+            &mut BytesMut::from(&endless[..]),
+        );
         assert_eq!(got, Err(Violation::MalformedHeader));
     }
 
@@ -979,10 +989,7 @@ mod tests {
             ),
             (b"set k 0 0 1\r\nx\r\nget k\r\n", RequestError::Trailing),
             (b"get k\r\nget k\r\n", RequestError::Trailing),
-            (
-                b"quit\r\n",
-                RequestError::UnknownCommand("quit".to_owned()),
-            ),
+            (b"quit\r\n", RequestError::UnknownCommand("quit".to_owned())),
             (
                 b"set k 0 0 101\r\n",
                 RequestError::ValueTooLarge { len: 101, max: 100 },
@@ -998,7 +1005,10 @@ mod tests {
             );
         }
         let long_key = vec![b'k'; MAX_KEY_LEN + 1];
-        assert_eq!(check_request(&get(&long_key), 100), Err(RequestError::BadKey));
+        assert_eq!(
+            check_request(&get(&long_key), 100),
+            Err(RequestError::BadKey)
+        );
         assert_eq!(
             Memcached::with_limits(4, 100).encode(&set("k", "12345"), None, &mut BytesMut::new()),
             Err(EncodeError::TooLong { len: 5, max: 4 })

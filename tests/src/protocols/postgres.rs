@@ -196,9 +196,7 @@ fn in_response(ty: u8) -> Result<(), Malformed> {
         // RowDescription, DataRow, CommandComplete, EmptyQueryResponse, ErrorResponse,
         // NoticeResponse, ParameterStatus, NotificationResponse, ReadyForQuery,
         // CopyOutResponse, CopyData, CopyDone.
-        b'T' | b'D' | b'C' | b'I' | b'E' | b'N' | b'S' | b'A' | b'Z' | b'H' | b'd' | b'c' => {
-            Ok(())
-        }
+        b'T' | b'D' | b'C' | b'I' | b'E' | b'N' | b'S' | b'A' | b'Z' | b'H' | b'd' | b'c' => Ok(()),
         // CopyInResponse, CopyBothResponse, Authentication, BackendKeyData,
         // NegotiateProtocolVersion, and the extended protocol's replies.
         b'G' | b'W' | b'R' | b'K' | b'v' | b'1' | b'2' | b'3' | b'n' | b't' | b's' => {
@@ -471,12 +469,7 @@ impl Response {
     /// The value at `row`, `column` of the first result; `None` for SQL NULL or if there is
     /// no such value.
     pub fn value(&self, row: usize, column: usize) -> Option<&[u8]> {
-        self.results
-            .first()?
-            .rows
-            .get(row)?
-            .get(column)?
-            .as_deref()
+        self.results.first()?.rows.get(row)?.get(column)?.as_deref()
     }
 
     /// The response, or the error that ended it.
@@ -792,7 +785,12 @@ mod tests {
 
     fn error(severity: &str, code: &str, message: &str) -> Vec<u8> {
         let mut body = Vec::new();
-        for (field, value) in [(b'S', severity), (b'V', severity), (b'C', code), (b'M', message)] {
+        for (field, value) in [
+            (b'S', severity),
+            (b'V', severity),
+            (b'C', code),
+            (b'M', message),
+        ] {
             body.push(field);
             body.extend_from_slice(value.as_bytes());
             body.push(0);
@@ -842,8 +840,11 @@ mod tests {
     #[test]
     fn responses_are_cut_alike_whole_and_byte_by_byte() {
         let wire = stream();
-        let whole = decode_all(&mut *Postgres::new().decoder(), &mut BytesMut::from(&wire[..]))
-            .unwrap();
+        let whole = decode_all(
+            &mut *Postgres::new().decoder(),
+            &mut BytesMut::from(&wire[..]),
+        )
+        .unwrap();
         assert_eq!(whole.len(), 3);
         let mut decoder = Postgres::new().decoder();
         let mut buf = BytesMut::new();
@@ -910,7 +911,10 @@ mod tests {
             ),
         ];
         for (input, violation) in cases {
-            let got = decode_all(&mut *Postgres::new().decoder(), &mut BytesMut::from(&input[..]));
+            let got = decode_all(
+                &mut *Postgres::new().decoder(),
+                &mut BytesMut::from(&input[..]),
+            );
             assert_eq!(got, Err(violation), "{input:?}");
         }
         // A response past the limit, over several messages.
@@ -919,7 +923,10 @@ mod tests {
             buf.extend_from_slice(&data_row(&[Some(&"x".repeat(40))]));
         }
         let got = decode_all(&mut *Postgres::with_limits(100, 150).decoder(), &mut buf);
-        assert!(matches!(got, Err(Violation::FrameTooLong { max: 150, .. })), "{got:?}");
+        assert!(
+            matches!(got, Err(Violation::FrameTooLong { max: 150, .. })),
+            "{got:?}"
+        );
     }
 
     #[test]
@@ -951,7 +958,9 @@ mod tests {
     #[test]
     fn queries_are_framed_and_nul_is_refused() {
         let mut wire = BytesMut::new();
-        Postgres::new().encode(b"SELECT 'a'", None, &mut wire).unwrap();
+        Postgres::new()
+            .encode(b"SELECT 'a'", None, &mut wire)
+            .unwrap();
         assert_eq!(&wire[..], b"Q\0\0\0\x0fSELECT 'a'\0");
         assert!(matches!(
             Postgres::new().encode(b"SELECT '\0'", None, &mut BytesMut::new()),
@@ -1001,7 +1010,10 @@ mod tests {
         let asked = [auth_request(3), auth_request(0), ready(b'I')].concat();
         assert_eq!(
             run(&password, &asked).unwrap(),
-            [Step::Send(Bytes::from_static(b"p\0\0\0\x0bsecret\0")), Step::Ready]
+            [
+                Step::Send(Bytes::from_static(b"p\0\0\0\x0bsecret\0")),
+                Step::Ready
+            ]
         );
         let no_password = run(&trust, &auth_request(3)).unwrap_err();
         assert!(no_password.is_auth(), "{no_password}");
@@ -1012,7 +1024,11 @@ mod tests {
         let startup = Startup::new("app", "db").password("wrong");
         let refused = [
             auth_request(3),
-            error("FATAL", "28P01", "password authentication failed for user \"app\""),
+            error(
+                "FATAL",
+                "28P01",
+                "password authentication failed for user \"app\"",
+            ),
         ]
         .concat();
         let e = run(&startup, &refused).unwrap_err();
