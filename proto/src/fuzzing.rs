@@ -249,6 +249,9 @@ impl Session {
             }
             Op::Select => {
                 self.pool.select(now);
+                self.pool
+                    .check_selection()
+                    .unwrap_or_else(|e| panic!("selection: {e}"));
             }
             Op::Submit {
                 node,
@@ -610,6 +613,21 @@ fn failure(kind: u8) -> Failure {
 }
 
 impl Pool {
+    /// Checks that the selection index picks what a linear scan of the rule picks, from every
+    /// offset, at the pool's current time.
+    pub fn check_selection(&mut self) -> Result<(), String> {
+        let now = self.latest();
+        for offset in 0..self.node_slots() {
+            let (indexed, scanned) = (self.pick_from(now, offset), self.scan_from(now, offset));
+            if indexed != scanned {
+                return Err(format!(
+                    "from offset {offset}: the index picks {indexed:?}, the scan {scanned:?}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks the pool's own accounting; `Err` names the first inconsistency.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut total = 0;
@@ -622,7 +640,8 @@ impl Pool {
         if census != self.census() {
             return Err(format!("census {:?} != counted {census:?}", self.census()));
         }
-        if self.in_panic() != census.panics(self.config().panic_threshold) {
+        let panic = census.panics(self.config().panic_threshold) && !self.is_shut_down();
+        if self.in_panic() != panic {
             return Err(format!("panic mode {} with {census:?}", self.in_panic()));
         }
         if total != self.total_pending_bytes() {

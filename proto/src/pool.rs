@@ -19,7 +19,7 @@ use crate::node::{Census, Node, Retry, Sink};
 use crate::outbound::ByteCount;
 use crate::requests::Requests;
 use crate::rng::Rng;
-use crate::select::Selection;
+use crate::select::{Placement, SelectIndex, Selection};
 use crate::time::{Clock, Instant};
 use crate::timers::{NodeTimer, TimerHeap, TimerKey};
 
@@ -118,6 +118,8 @@ pub struct Pool {
     panic: bool,
     /// Transparent retries a node handed back, routed before the input returns.
     retry: Vec<Retry>,
+    /// Where each node stands for selection, kept up to date by every input.
+    index: SelectIndex,
     shut_down: bool,
 }
 
@@ -147,6 +149,7 @@ impl Pool {
             census: Census::default(),
             panic: false,
             retry: Vec::new(),
+            index: SelectIndex::default(),
             shut_down: false,
         })
     }
@@ -186,6 +189,8 @@ impl Pool {
         };
         let node = Node::new(id, addr);
         self.census.add(node.census());
+        self.index
+            .place(index, node.placement(now, self.config.selection));
         slot.node = Some(node);
         self.update_panic(now);
         id
@@ -201,6 +206,7 @@ impl Pool {
         slot.node = None;
         slot.generation = slot.generation.wrapping_add(1);
         self.free_nodes.push(node.index);
+        self.index.place(node.index, Placement::OUT);
         Ok(())
     }
 
@@ -684,6 +690,11 @@ impl Pool {
     }
 
     #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shut_down
+    }
+
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn census(&self) -> Census {
         self.census
     }
@@ -696,6 +707,18 @@ impl Pool {
     /// The live node in slot `index`.
     pub(crate) fn node_at(&self, index: usize) -> Option<&Node> {
         self.nodes.get(index).and_then(|s| s.node.as_ref())
+    }
+
+    /// The latest time the pool has seen.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn latest(&mut self) -> Instant {
+        self.clock.advance(Instant::ZERO)
+    }
+
+    /// The selection index, with time moved on to `now`.
+    pub(crate) fn select_index(&mut self, now: Instant) -> &SelectIndex {
+        self.index.advance(now);
+        &self.index
     }
 
     /// A uniform draw in `0..n` from the pool's seeded PRNG.
@@ -755,6 +778,8 @@ impl Pool {
         let after = node.census();
         self.census.remove(before);
         self.census.add(after);
+        let placement = node.placement(now, self.config.selection);
+        self.index.place(id.index, placement);
         Ok(result)
     }
 
@@ -808,7 +833,9 @@ impl Pool {
 
     /// Enters or leaves panic mode as the census says, announcing the change.
     fn update_panic(&mut self, now: Instant) {
-        let panic = self.census.panics(self.config.panic_threshold);
+        // Once shut down the pool selects nothing: it leaves panic mode (once), and nodes
+        // closing one by one say nothing more about health.
+        let panic = !self.shut_down && self.census.panics(self.config.panic_threshold);
         if panic == self.panic {
             return;
         }

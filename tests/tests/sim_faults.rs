@@ -1,6 +1,7 @@
 //! Scripted faults on a virtual clock, run through the real `keepwire_proto::Pool`: each
 //! scenario is one of the failure stories keepwire exists for.
 
+#[allow(dead_code)] // the shared simulator: each scenario file uses part of it
 mod sim;
 
 use std::time::Duration;

@@ -1,7 +1,8 @@
 //! A deterministic network simulator around the real `keepwire_proto::Pool`: a virtual clock,
 //! simulated kernels (a bounded send buffer per connection) and scripted servers that fail the
 //! ways real ones do: accept and never read, SYN blackhole, reset, restart on the same
-//! address, drain slowly, or sit behind a stalled path.
+//! address, killed (connections closed, connects refused), drain slowly, or sit behind a
+//! stalled path.
 //!
 //! The loop is the one an adapter runs, so these scenarios exercise the same call sequence as
 //! the real drivers, with time moved by hand.
@@ -27,6 +28,8 @@ pub(crate) enum Server {
     Blackhole,
     /// Reads at most `bytes_per_sec`, answers each request once read.
     SlowDrain { bytes_per_sec: u64 },
+    /// Not running: nothing listens, every connect is refused at once.
+    Refusing,
 }
 
 /// One simulated node: its behaviour and the windows during which the path drops everything.
@@ -39,6 +42,8 @@ struct SimConn {
     node: usize,
     /// When the TCP connect completes (None: never).
     connected_at: Option<Instant>,
+    /// The connect is refused (nothing listens).
+    refused: bool,
     reported: bool,
     /// Bytes in the client kernel's send buffer, not yet read by the server.
     in_kernel: VecDeque<u8>,
@@ -136,6 +141,10 @@ impl World {
             if let Some(deadline) = self.pool.poll_timeout().filter(|&d| d > self.now) {
                 next = next.min(deadline);
             }
+            // Answers and connects land at their own instants, not on the next tick.
+            if let Some(arrival) = self.next_arrival() {
+                next = next.min(arrival);
+            }
             self.now = next;
             self.pool.handle_timeout(self.now);
             self.pump();
@@ -163,6 +172,30 @@ impl World {
         self.pump();
     }
 
+    /// The server of `node` is killed: its connections close (the client reads end of stream)
+    /// and, until [`World::revive`], every connect to it is refused.
+    pub(crate) fn kill(&mut self, node: usize) {
+        let victims: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.node == node)
+            .map(|(id, _)| *id)
+            .collect();
+        for conn in victims {
+            self.conns.remove(&conn);
+            let _ = self.pool.handle_closed(self.now, conn, Failure::PeerClosed);
+        }
+        self.peers[node].server = Server::Refusing;
+        self.delivered[node].clear();
+        self.pump();
+    }
+
+    /// The killed server of `node` listens again on the same address, as `server`.
+    pub(crate) fn revive(&mut self, node: usize, server: Server) {
+        self.peers[node].server = server;
+        self.pump();
+    }
+
     /// The server of `node` restarts silently: its old connections stay open on our side but
     /// nothing on them is ever read or answered again (no FIN, no RST reaches us).
     pub(crate) fn restart_silently(&mut self, node: usize) {
@@ -170,6 +203,19 @@ impl World {
             sim.dead = true;
         }
         self.delivered[node].clear();
+    }
+
+    /// The earliest pending answer or connect completion after now.
+    fn next_arrival(&self) -> Option<Instant> {
+        self.conns
+            .values()
+            .filter_map(|c| {
+                let connect = c.connected_at.filter(|_| !c.reported);
+                let answer = c.answers.front().map(|(at, _)| *at);
+                connect.into_iter().chain(answer).min()
+            })
+            .filter(|&t| t > self.now)
+            .min()
     }
 
     fn stalled(&self, node: usize) -> bool {
@@ -219,14 +265,16 @@ impl World {
                     .iter()
                     .position(|&n| n == conn.node())
                     .expect("known node");
+                let refused = matches!(self.peers[node].server, Server::Refusing);
                 let connected_at = match self.peers[node].server {
-                    Server::Blackhole => None,
+                    Server::Blackhole | Server::Refusing => None,
                     _ if self.stalled(node) => None,
                     _ => Some(self.now + RTT),
                 };
                 let sim = SimConn {
                     node,
                     connected_at,
+                    refused,
                     reported: false,
                     in_kernel: VecDeque::new(),
                     blocked: false,
@@ -283,6 +331,11 @@ impl World {
         let node = sim.node;
         let stalled = sim.dead || self.peers[node].stalls.iter().any(|r| r.contains(&now));
         let server = self.peers[node].server.clone();
+        if !sim.reported && sim.refused {
+            self.conns.remove(&conn);
+            let _ = self.pool.handle_connect_failed(now, conn, Failure::Refused);
+            return true;
+        }
         if !sim.reported {
             match sim.connected_at {
                 Some(at) if at <= now => {
