@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use keepwire_driver::{Client, ClientBuilder, ClientEvent, Runtime, SendError, Target};
+use keepwire_driver::{Client, ClientBuilder, ClientEvent, Runtime, SendError, Sent, Target};
 use keepwire_proto::{CloseReason, Config, Event, Failure, NodeState, Phase, Reason};
 use keepwire_tests::protocols::postgres::{Postgres, Response, Startup};
 use keepwire_tests::servers::{PostgresServer, Shared, Signal};
@@ -154,7 +154,11 @@ async fn a_refused_password_ends_in_auth_failed(runtime: Arc<dyn Runtime>) {
             let took = started.elapsed();
             assert_eq!(
                 refused,
-                Err(SendError::ConnectionLost(CloseReason::AuthFailed)),
+                Err(SendError::ConnectionLost {
+                    cause: CloseReason::AuthFailed,
+                    sent: Sent::Nothing,
+                    retried: false
+                }),
                 "{refused:?}"
             );
             assert!(
@@ -281,7 +285,9 @@ async fn a_slow_query_past_its_deadline_keeps_its_place(runtime: Arc<dyn Runtime
         assert_eq!(
             slow,
             Err(SendError::DeadlineExceeded {
-                phase: Phase::InFlight
+                phase: Phase::InFlight,
+                sent: Sent::Fully,
+                retried: false
             })
         );
         assert!(
@@ -311,7 +317,9 @@ async fn a_slow_query_past_its_deadline_keeps_its_place(runtime: Arc<dyn Runtime
                 assert_eq!(
                     result,
                     Err(SendError::DeadlineExceeded {
-                        phase: Phase::InFlight
+                        phase: Phase::InFlight,
+                        sent: Sent::Fully,
+                        retried: false
                     }),
                     "behind {i}"
                 );
@@ -386,9 +394,11 @@ async fn a_terminated_session_ends_its_query_and_the_next_reconnects(runtime: Ar
             assert!(
                 matches!(
                     lost,
-                    Err(SendError::ConnectionLost(CloseReason::Io(
-                        Failure::PeerClosed | Failure::Reset
-                    )))
+                    Err(SendError::ConnectionLost {
+                        cause: CloseReason::Io(Failure::PeerClosed | Failure::Reset),
+                        sent: Sent::Fully,
+                        retried: false
+                    })
                 ),
                 "{lost:?}"
             );
@@ -466,7 +476,11 @@ async fn a_postmaster_that_never_accepts(runtime: Arc<dyn Runtime>) {
                 took.push(started.elapsed());
                 assert_eq!(
                     result,
-                    Err(SendError::ConnectionLost(CloseReason::SetupTimeout))
+                    Err(SendError::ConnectionLost {
+                        cause: CloseReason::SetupTimeout,
+                        sent: Sent::Nothing,
+                        retried: false
+                    })
                 );
             }
             // On the pool's clock: each attempt from Connecting to its setup timeout. (The
