@@ -581,6 +581,48 @@ async fn a_killed_server_restarted_on_the_same_port(runtime: Arc<dyn Runtime>) {
     .await;
 }
 
+/// The client through each runtime crate, with nothing but that crate's names (it re-exports
+/// the driver and the core) and the codec module: what an application with one keepwire
+/// dependency writes.
+macro_rules! set_and_get_through {
+    ($krate:ident, $addr:expr) => {{
+        use $krate::{Config, Target};
+        let client = $krate::client(Config::default())
+            .node($addr)
+            .codec(Memcached::new())
+            .build()
+            .unwrap();
+        let key = concat!("alone-", stringify!($krate));
+        let timeout = Duration::from_secs(5);
+        let stored = client
+            .send(Target::Best, memcached::set(key, key), timeout)
+            .await
+            .unwrap();
+        assert_eq!(Reply::parse(&stored), Ok(Reply::Stored));
+        let got = client
+            .send(Target::Best, memcached::get(key), timeout)
+            .await
+            .unwrap();
+        let value = Reply::parse(&got).unwrap().into_value();
+        assert_eq!(value.as_deref(), Some(key.as_bytes()));
+        client.shutdown().await;
+    }};
+}
+
+#[test]
+fn each_runtime_crate_alone_runs_the_client() {
+    let server = server();
+    let addr = server.addr();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async { set_and_get_through!(keepwire_tokio, addr) });
+    smol::block_on(async { set_and_get_through!(keepwire_smol, addr) });
+    async_std::task::block_on(async { set_and_get_through!(keepwire_async_std, addr) });
+}
+
 test_on_every_runtime!(
     set_get_incr_in_order,
     many_tasks_get_their_own_answers,

@@ -547,6 +547,44 @@ async fn a_postmaster_that_never_accepts(runtime: Arc<dyn Runtime>) {
     .await;
 }
 
+/// The client through each runtime crate, with nothing but that crate's names (it re-exports
+/// the driver and the core) and the protocol module: what an application with one keepwire
+/// dependency writes.
+macro_rules! query_through {
+    ($krate:ident, $addr:expr) => {{
+        use $krate::{Config, Target};
+        let client = $krate::client(Config::default())
+            .node($addr)
+            .codec(Postgres::new())
+            .handshake(Startup::new(APP.0, "postgres").password(APP.1))
+            .build()
+            .unwrap();
+        let sql = concat!("SELECT '", stringify!($krate), "', current_user");
+        let payload = client
+            .send(Target::Best, sql, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let response = Response::parse(&payload).unwrap().into_result().unwrap();
+        assert_eq!(response.value(0, 0), Some(stringify!($krate).as_bytes()));
+        assert_eq!(response.value(0, 1), Some(APP.0.as_bytes()));
+        client.shutdown().await;
+    }};
+}
+
+#[test]
+fn each_runtime_crate_alone_runs_the_client() {
+    let server = server();
+    let addr = server.addr();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async { query_through!(keepwire_tokio, addr) });
+    smol::block_on(async { query_through!(keepwire_smol, addr) });
+    async_std::task::block_on(async { query_through!(keepwire_async_std, addr) });
+}
+
 test_on_every_runtime!(
     queries_and_logins,
     a_refused_password_ends_in_auth_failed,
