@@ -175,7 +175,7 @@ fn read_frame(stream: &mut impl Read) -> std::io::Result<Vec<u8>> {
 }
 
 /// Both codecs against their servers, through keepwire-tokio.
-async fn demo() -> Result<(), Box<dyn Error>> {
+pub(crate) async fn demo() -> Result<(), Box<dyn Error>> {
     let timeout = Duration::from_secs(2);
 
     let lines = keepwire_tokio::client(Config::default())

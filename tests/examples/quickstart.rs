@@ -29,7 +29,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     quickstart(addr).await
 }
 
-async fn quickstart(addr: SocketAddr) -> Result<(), Box<dyn Error>> {
+pub(crate) async fn quickstart(addr: SocketAddr) -> Result<(), Box<dyn Error>> {
     // README: quick-start
     let mut config = Config::default(); // Pinot / KIP-601 defaults, validated
     config.write_timeout = Duration::from_secs(2);

@@ -284,7 +284,7 @@ pub fn check_request(payload: &[u8], max_value: usize) -> Result<(), RequestErro
                 args.number::<u32>("an expiry time")?;
             }
             let mut keys = 0;
-            while let Some(key) = args.0.next() {
+            for key in args.0.by_ref() {
                 check_key(key)?;
                 keys += 1;
             }

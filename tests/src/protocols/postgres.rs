@@ -999,7 +999,7 @@ mod tests {
         assert!(message.ends_with(b"client_encoding\0UTF8\0\0"));
         let ok = [
             auth_request(0),
-            msg(b'S', b"server_version\015.18\0"),
+            msg(b'S', b"server_version\x0015.18\x00"),
             msg(b'K', &[0; 8]),
             ready(b'I'),
         ]
