@@ -692,7 +692,10 @@ impl PostgresServer {
     }
 
     fn spawn(dir: &Path, port: u16, user: Option<(u32, u32)>) -> Result<Process, ServerError> {
-        let mut command = Command::new("postgres");
+        let mut command = Command::new(find_program(
+            "postgres",
+            "PostgreSQL 15 must be on the PATH",
+        )?);
         run_as(&mut command, user)
             .arg("-D")
             .arg(dir.join("data"))
