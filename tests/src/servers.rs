@@ -8,8 +8,9 @@
 //! when the test binary exits is stopped and removed then, and directories left by a test
 //! binary that was killed are removed by the next one.
 //!
-//! PostgreSQL refuses to run as root: as root, the servers run as the user `keepwire`, created
-//! on first use (`useradd`); as anyone else, as that user.
+//! PostgreSQL refuses to run as root: run as root (as CI does), the tests run it as the user
+//! `keepwire`, created on first use (`useradd`), and memcached as `nobody` (`-u nobody`);
+//! run as anyone else, both run as that user.
 
 use std::fmt;
 use std::fs;
@@ -28,7 +29,7 @@ use keepwire_driver::{Codec, Decoded};
 
 use crate::protocols::postgres::{Postgres, Response, Startup, Step};
 
-/// The user the servers run as when the tests run as root.
+/// The user PostgreSQL runs as when the tests run as root.
 pub const SERVER_USER: &str = "keepwire";
 /// How long a server may take to be ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
