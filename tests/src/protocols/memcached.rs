@@ -516,8 +516,14 @@ fn find_line(input: &[u8]) -> Result<Option<usize>, Malformed> {
 }
 
 /// Parses the part at the start of `input`: `(part, its length)`, or `None` until its bytes
-/// are all there. A `VALUE` header is judged (against `max_value`) as soon as its line is in.
-fn parse_part(input: &[u8], max_value: usize) -> Result<Option<(Part, usize)>, Malformed> {
+/// are all there. A `VALUE` header is judged as soon as its line is in: against `max_value`,
+/// and against `max_len`, the most this part may span (`ResponseTooLarge` then gives the
+/// part's announced length and `max_len`).
+fn parse_part(
+    input: &[u8],
+    max_value: usize,
+    max_len: usize,
+) -> Result<Option<(Part, usize)>, Malformed> {
     if let Some(&first) = input.first() {
         // Refuse garbage from its first byte rather than after a line's worth of it.
         if !b"VSENDTOR0123456789C".contains(&first) {
@@ -559,6 +565,12 @@ fn parse_part(input: &[u8], max_value: usize) -> Result<Option<(Part, usize)>, M
         }
         let len = len as usize;
         let end = next + len + 2;
+        if end > max_len {
+            return Err(Malformed::ResponseTooLarge {
+                len: end as u64,
+                max: max_len as u64,
+            });
+        }
         if input.len() < end {
             return Ok(None); // nothing reserved: the bytes are taken as they come
         }
@@ -670,8 +682,17 @@ impl Decoder for MemcachedDecoder {
             self.sequence = None;
         }
         loop {
-            let Some((part, len)) = parse_part(&buf[self.checked..], self.limits.max_value)? else {
-                // A value announced past the response limit is refused before it arrives.
+            let room = self.limits.max_response.saturating_sub(self.checked);
+            let parsed = parse_part(&buf[self.checked..], self.limits.max_value, room);
+            let parsed = parsed.map_err(|e| match e {
+                // Refused from the header: the value would take the response past its limit.
+                Malformed::ResponseTooLarge { len, .. } => Malformed::ResponseTooLarge {
+                    len: len + self.checked as u64,
+                    max: self.limits.max_response as u64,
+                },
+                other => other,
+            })?;
+            let Some((part, len)) = parsed else {
                 return Ok(None);
             };
             let end = self.checked + len;
@@ -758,8 +779,8 @@ impl Reply {
         let mut values = Vec::new();
         let mut stats = Vec::new();
         loop {
-            let (part, len) =
-                parse_part(&response[at..], usize::MAX)?.ok_or(Malformed::Incomplete)?;
+            let (part, len) = parse_part(&response[at..], usize::MAX, usize::MAX)?
+                .ok_or(Malformed::Incomplete)?;
             let slice = |r: &Range<usize>| response.slice(at + r.start..at + r.end);
             let end = at + len;
             let reply = match part {
@@ -942,6 +963,16 @@ mod tests {
             matches!(got, Err(Violation::FrameTooLong { max: 150, .. })),
             "{got:?}"
         );
+    }
+
+    #[test]
+    fn a_value_past_the_response_limit_is_refused_from_its_header() {
+        let codec = Memcached::with_limits(100, 150);
+        let mut buf = BytesMut::from(&b"VALUE a 0 90\r\n"[..]);
+        buf.extend_from_slice(&[b'x'; 90]);
+        buf.extend_from_slice(b"\r\nVALUE b 0 90\r\n"); // header only: 90 bytes announced
+        let got = decode_all(&mut *codec.decoder(), &mut buf);
+        assert_eq!(got, Err(Violation::FrameTooLong { len: 212, max: 150 }));
     }
 
     #[test]
