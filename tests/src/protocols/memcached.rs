@@ -345,10 +345,10 @@ pub fn check_request(payload: &[u8], max_value: usize) -> Result<(), RequestErro
             len,
             max: max_value,
         }),
-        Some(len) if rest.len() > len + 2 && rest[len..len + 2] == *b"\r\n" => {
+        Some(len) if rest.len() > len.saturating_add(2) && rest[len..len + 2] == *b"\r\n" => {
             Err(RequestError::Trailing)
         }
-        Some(len) if rest.len() != len + 2 || rest[len..] != *b"\r\n" => {
+        Some(len) if rest.len() != len.saturating_add(2) || rest[len..] != *b"\r\n" => {
             Err(RequestError::DataLength {
                 declared: len,
                 actual: rest.len(),
@@ -563,8 +563,15 @@ fn parse_part(
                 max: max_value as u64,
             });
         }
-        let len = len as usize;
-        let end = next + len + 2;
+        let too_large = Malformed::ValueTooLarge {
+            len,
+            max: max_value as u64,
+        };
+        let len = usize::try_from(len).map_err(|_| too_large.clone())?;
+        let end = next
+            .checked_add(len)
+            .and_then(|end| end.checked_add(2))
+            .ok_or(too_large)?;
         if end > max_len {
             return Err(Malformed::ResponseTooLarge {
                 len: end as u64,
@@ -963,6 +970,20 @@ mod tests {
             matches!(got, Err(Violation::FrameTooLong { max: 150, .. })),
             "{got:?}"
         );
+    }
+
+    #[test]
+    fn huge_announced_lengths_do_not_overflow() {
+        let huge = Bytes::from_static(b"VALUE k 0 18446744073709551615\r\n");
+        assert!(matches!(
+            Reply::parse(&huge),
+            Err(Malformed::ValueTooLarge { .. } | Malformed::Incomplete)
+        ));
+        let codec = Memcached::with_limits(usize::MAX, usize::MAX);
+        let mut buf = BytesMut::from(&huge[..]);
+        assert!(codec.decoder().decode(&mut buf).is_err() || buf.len() == huge.len());
+        let request = b"set k 0 0 18446744073709551615\r\nx\r\n";
+        assert!(check_request(request, usize::MAX).is_err());
     }
 
     #[test]
