@@ -297,15 +297,18 @@ fn kernel_accepted(client: SocketAddr, server: SocketAddr) -> u64 {
     client_unacked + server_unread
 }
 
-/// Waits until the node's pending bytes stay put for 200 ms (the kernel takes no more).
-async fn until_stalled(runtime: &dyn Runtime, client: &Client, node: NodeId) -> u64 {
+/// Waits until the kernel takes no more of the connection's bytes: [`kernel_accepted`]
+/// unchanged for 500 ms. (Not the node's pending bytes: they change only when a frame
+/// completes, while a stopped server's receive queue may still take a little at each
+/// zero-window probe, inside a frame.)
+async fn until_stalled(runtime: &dyn Runtime, client: SocketAddr, server: SocketAddr) {
     let mut last = (u64::MAX, Instant::now());
     loop {
-        let pending = client.node_info(node).await.unwrap().pending_bytes;
-        if pending != last.0 {
-            last = (pending, Instant::now());
-        } else if last.1.elapsed() > Duration::from_millis(200) {
-            return pending;
+        let accepted = kernel_accepted(client, server);
+        if accepted != last.0 {
+            last = (accepted, Instant::now());
+        } else if last.1.elapsed() > Duration::from_millis(500) {
+            return;
         }
         sleep(runtime, Duration::from_millis(10)).await;
     }
@@ -505,10 +508,11 @@ async fn a_killed_server_restarted_on_the_same_port(runtime: Arc<dyn Runtime>) {
                 sleep(&*runtime, Duration::from_millis(1)).await;
             }
         }
-        until_stalled(&*runtime, &client, node).await;
         let local = client.node_info(node).await.unwrap().socket.unwrap().local_addr.unwrap();
+        until_stalled(&*runtime, local, server.addr()).await;
+        // Read and kill back to back: the stopped server takes bytes only at zero-window
+        // probes, hundreds of milliseconds apart by now, so the count cannot move between.
         let accepted = kernel_accepted(local, server.addr());
-
         server.signal(Signal::Kill);
         let killed = Instant::now();
         let mut start = 0u64;
