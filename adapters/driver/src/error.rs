@@ -205,7 +205,7 @@ impl SendError {
     /// fail-fast refusals (not writable, memory budget, in-flight limit), `NotConnected` when no
     /// node can take it, `InvalidData` for a protocol violation, `InvalidInput` for a request
     /// the codec refused, `Interrupted` for a cancel, and `Other` for the rest.
-    pub fn io_kind(&self) -> std::io::ErrorKind {
+    pub fn io_kind(&self) -> io::ErrorKind {
         use std::io::ErrorKind as K;
         if self.is_timeout() {
             return K::TimedOut;
@@ -233,9 +233,9 @@ impl SendError {
 /// A `SendError` as an [`io::Error`](std::io::Error) of the matching kind
 /// ([`SendError::io_kind`]), keeping the `SendError` as its source: `?` works in code that
 /// returns `io::Result`, and `err.get_ref()` gets the typed error back.
-impl From<SendError> for std::io::Error {
+impl From<SendError> for io::Error {
     fn from(e: SendError) -> Self {
-        std::io::Error::new(e.io_kind(), e)
+        io::Error::new(e.io_kind(), e)
     }
 }
 
@@ -595,7 +595,7 @@ mod tests {
         for (error, kind, timeout) in cases {
             assert_eq!(error.is_timeout(), timeout, "{error:?}");
             let text = error.to_string();
-            let io: std::io::Error = error.into();
+            let io: io::Error = error.into();
             assert_eq!(io.kind(), kind, "{text}");
             assert_eq!(io.to_string(), text);
             let back = io.get_ref().and_then(|e| e.downcast_ref::<SendError>());
