@@ -13,6 +13,7 @@
 pub mod netns;
 pub mod peers;
 pub mod runtimes;
+pub mod sim;
 
 use std::future::Future;
 use std::sync::Arc;
