@@ -35,7 +35,6 @@ pub enum Class {
 #[derive(Clone, Debug)]
 pub(crate) struct Req {
     pub(crate) id: RequestId,
-    pub(crate) stream: u32,
     /// The node it was written to (known for `Target::Node` at once, else once written).
     pub(crate) node: u32,
     pub(crate) len: u32,
@@ -52,15 +51,24 @@ pub(crate) struct Req {
     pub(crate) executed: u16,
     pub(crate) class: Option<Class>,
     pub(crate) ended: bool,
+    /// It ended with not one byte sent (`Sent::Nothing`): no byte of it may ever be written.
+    pub(crate) ended_unsent: bool,
     /// A byte of it was written into a connection whose peer is gone.
     pub(crate) into_dead: bool,
+    /// Submitted to a given node (`Target::Node`).
+    pub(crate) pinned: bool,
+    /// No earlier than this its write timer may have started: for a request not pinned to a
+    /// node, the last connection close before its first hand-out (a transparent retry
+    /// requeues it on another node then, and its write timer starts there).
+    pub(crate) requeued_by: Instant,
+    /// Handed out at least once.
+    pub(crate) handed_out: bool,
 }
 
 impl Req {
     fn vacant() -> Self {
         Self {
             id: RequestId::from_u64(u64::MAX),
-            stream: 0,
             node: u32::MAX,
             len: 0,
             submitted: Instant::ZERO,
@@ -71,7 +79,11 @@ impl Req {
             executed: 0,
             class: None,
             ended: true,
+            ended_unsent: false,
             into_dead: false,
+            pinned: false,
+            requeued_by: Instant::ZERO,
+            handed_out: false,
         }
     }
 

@@ -196,7 +196,6 @@ pub(crate) enum Peer {
 #[derive(Debug)]
 pub(crate) struct Conn {
     pub(crate) id: ConnId,
-    pub(crate) node: usize,
     pub(crate) opts: Opts,
     pub(crate) established: bool,
     pub(crate) peer: Peer,
@@ -235,10 +234,9 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) fn new(id: ConnId, node: usize, opts: Opts, now: Instant) -> Self {
+    pub(crate) fn new(id: ConnId, opts: Opts, now: Instant) -> Self {
         Self {
             id,
-            node,
             opts,
             established: false,
             peer: Peer::Alive,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use keepwire_proto::{
     Action, CloseReason, Config, ConnId, Event, Failure, Instant, NodeId, NodeState, Outcome, Pool,
-    Reason, RequestId, SubmitError, Target,
+    Reason, RequestId, Sent, SubmitError, Target,
 };
 
 use super::arena::{Arena, Class, Req};
@@ -85,6 +85,8 @@ pub enum Act {
     Enable(usize),
     /// `Pool::set_epoch`.
     SetEpoch(usize, u64),
+    /// `Pool::evict`.
+    Evict(usize),
     /// A labelled instant on the timeline.
     Mark(String),
     /// Anything else.
@@ -103,6 +105,7 @@ impl std::fmt::Debug for Act {
             Act::Disable(n) => write!(f, "Disable({n})"),
             Act::Enable(n) => write!(f, "Enable({n})"),
             Act::SetEpoch(n, e) => write!(f, "SetEpoch({n}, {e})"),
+            Act::Evict(n) => write!(f, "Evict({n})"),
             Act::Mark(m) => write!(f, "Mark({m})"),
             Act::Call(_) => write!(f, "Call(..)"),
             Act::Undo(n, x) => write!(f, "Undo({n}, {x:?})"),
@@ -236,6 +239,8 @@ pub struct World {
     transmit_max: usize,
     scratch_executed: Vec<u32>,
     scratch_consumed: Vec<u32>,
+    /// When a connection last closed (for the write-timeout check of retried requests).
+    last_close: Instant,
     /// Each stream's next arrival (dense, for a cheap scan).
     arrivals: Vec<Instant>,
     /// Each node's next response (`Instant::MAX`: none).
@@ -296,6 +301,7 @@ impl World {
             sample_every: Duration::from_secs(1),
             transmit_max: TRANSMIT_MIN.max(kernel_send_buffer),
             arrivals: Vec::new(),
+            last_close: Instant::ZERO,
             scratch_executed: Vec::new(),
             scratch_consumed: Vec::new(),
             responses_due: vec![Instant::MAX; n],
@@ -519,7 +525,6 @@ impl World {
                     slot,
                     Req {
                         id,
-                        stream,
                         node,
                         len: len as u32,
                         submitted: now,
@@ -530,7 +535,11 @@ impl World {
                         executed: 0,
                         class: None,
                         ended: false,
+                        ended_unsent: false,
                         into_dead: false,
+                        pinned: node != u32::MAX,
+                        requeued_by: Instant::ZERO,
+                        handed_out: false,
                     },
                 );
                 let ps = slot_of(id);
@@ -690,7 +699,7 @@ impl World {
                     self.drop_conn(n);
                 }
                 let opts = Opts::new(&options, &self.kernel);
-                self.conns[n] = Some(Conn::new(conn, n, opts, self.now));
+                self.conns[n] = Some(Conn::new(conn, opts, self.now));
                 self.tally.connects += 1;
                 self.syn(n, true);
             }
@@ -698,6 +707,7 @@ impl World {
                 let _ = self.pool.handle_handshake_done(self.now, conn);
             }
             Action::Close { conn, reason } => {
+                self.last_close = self.now;
                 let n = conn.node().index();
                 let Some(c) = self.conns[n].as_ref().filter(|c| c.id == conn) else {
                     return;
@@ -740,6 +750,12 @@ impl World {
                 None => (self.arena.identify(b), 0),
             };
             let r = self.arena.get_mut(slot);
+            if !r.handed_out {
+                r.handed_out = true;
+                if !r.pinned {
+                    r.requeued_by = self.last_close;
+                }
+            }
             if (r.len - before) as usize != b.len() {
                 let msg = format!(
                     "{conn:?}: handed out {} bytes of {:?}, expected its {} unwritten",
@@ -750,6 +766,10 @@ impl World {
                 self.violation.get_or_insert(msg);
             }
             let take = (b.len() as u64).min(room) as u32;
+            if take > 0 && r.ended_unsent {
+                let msg = format!("at {now:?}: {:?} written after it ended unsent", r.id);
+                self.violation.get_or_insert(msg);
+            }
             if take > 0 {
                 if before == 0 {
                     if now > r.deadline {
@@ -909,7 +929,11 @@ impl World {
             let r = self.arena.get_mut(slot);
             r.executed += 1;
             if r.executed > 1 {
-                let msg = format!("{:?} executed twice", r.id);
+                let msg = format!("at {now:?}: {:?} executed twice", r.id);
+                self.violation.get_or_insert(msg);
+            }
+            if r.ended_unsent {
+                let msg = format!("at {now:?}: {:?} executed after it ended unsent", r.id);
                 self.violation.get_or_insert(msg);
             }
             if now > r.deadline {
@@ -937,7 +961,11 @@ impl World {
         let now = self.now;
         match &event {
             Event::RequestDone {
-                id, node, outcome, ..
+                id,
+                node,
+                outcome,
+                sent,
+                ..
             } => {
                 let ps = slot_of(*id);
                 let slot = self.by_pool_slot.get(ps).copied().unwrap_or(u32::MAX);
@@ -952,6 +980,21 @@ impl World {
                     return;
                 }
                 r.ended = true;
+                r.ended_unsent = *sent == Sent::Nothing;
+                let consistent = match sent {
+                    Sent::Nothing => r.written == 0,
+                    Sent::Partly => r.written > 0 && r.written < r.len,
+                    Sent::Fully => r.written == r.len,
+                    _ => false,
+                };
+                if !consistent {
+                    let msg = format!(
+                        "at {now:?}: {id:?} ended saying {sent:?}, but the kernel took {} of \
+                         its {} bytes",
+                        r.written, r.len
+                    );
+                    self.violation.get_or_insert(msg);
+                }
                 let deadline = r.deadline;
                 let before = r.class;
                 let class = match outcome {
@@ -997,6 +1040,7 @@ impl World {
                 }
                 if let Reason::Closed(r) = reason {
                     self.tally.closes.push((n, now, *from, *r));
+                    self.last_close = now;
                 }
             }
             Event::Evicted { conn, .. } => self.tally.evictions.push((conn.node().index(), now)),
@@ -1241,6 +1285,7 @@ impl World {
         let Some(mut c) = self.conns[n].take() else {
             return;
         };
+        self.last_close = self.now;
         self.responses_due[n] = Instant::MAX;
         for seg in c.snd.segs.drain(..).chain(c.rcv.segs.drain(..)) {
             self.arena.get_mut(seg.slot).refs -= 1;
@@ -1303,6 +1348,9 @@ impl World {
             }
             Act::SetEpoch(n, e) => {
                 let _ = self.pool.set_epoch(now, self.nodes[n], e);
+            }
+            Act::Evict(n) => {
+                let _ = self.pool.evict(now, self.nodes[n]);
             }
             Act::Mark(m) => self.mark(m),
             Act::Call(mut f) => f(self),
@@ -1457,18 +1505,40 @@ impl World {
             });
             if let Some(&(slot, _)) = head {
                 let r = self.arena.get(slot);
-                let due = r.submitted.max(ready_at) + checks.write_timeout + checks.tick;
+                let armed = r.submitted.max(ready_at).max(r.requeued_by);
+                let due = armed + checks.write_timeout + checks.tick;
                 if now > due {
                     let id = r.id;
                     self.fail(format!(
                         "{id:?} on {:?} not accepted by the kernel since {:?}, and the \
                          connection is still open past write_timeout + tick",
-                        c.id,
-                        r.submitted.max(ready_at)
+                        c.id, armed
                     ));
                 }
             }
         }
+    }
+
+    /// A connection's simulated state, for debugging a failed run.
+    pub fn describe_conn(&self, n: usize) -> String {
+        let Some(c) = self.conns[n].as_ref() else {
+            return "no connection".into();
+        };
+        let handed: Vec<String> = c
+            .handed
+            .iter()
+            .map(|&(slot, whole)| {
+                let r = self.arena.get(slot);
+                format!(
+                    "{:?}(slot {slot}, whole {whole}, written {}/{}, submitted {:?}, ended {})",
+                    r.id, r.written, r.len, r.submitted, r.ended
+                )
+            })
+            .collect();
+        format!(
+            "{:?} established {} blocked {} partial {:?} snd {} rcv {} ready_at {:?} handed {:?}",
+            c.id, c.established, c.blocked, c.partial, c.snd.bytes, c.rcv.bytes, c.ready_at, handed
+        )
     }
 
     /// Every request submitted has ended (call once the world has run past every deadline).
