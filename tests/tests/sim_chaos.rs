@@ -1,6 +1,6 @@
 //! Chaos runs: random fault schedules over 2–50 nodes, every invariant checked after every
 //! step (see `keepwire_tests::sim::chaos`). `KEEPWIRE_CHAOS_SEEDS=N` runs N seeds instead of
-//! the default 300; a failure prints its seed and the command that replays it.
+//! the default 250; a failure prints its seed and the command that replays it.
 
 use keepwire_tests::sim::chaos::{replay_command, run_seed};
 
@@ -8,7 +8,7 @@ fn seeds() -> u64 {
     std::env::var("KEEPWIRE_CHAOS_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(300)
+        .unwrap_or(250)
 }
 
 #[test]

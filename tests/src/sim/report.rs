@@ -23,6 +23,8 @@ pub struct Tally {
     pub rejected: Vec<(String, u64)>,
     /// Answers that came after the application had given up.
     pub late_responses: u64,
+    /// The longest any request's outcome came after its (application) deadline.
+    pub max_overrun: Duration,
     /// Requests whose first byte was written after their deadline: a stale backlog sent.
     pub stale_sent: u64,
     /// Requests a server executed after their deadline.

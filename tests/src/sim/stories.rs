@@ -132,6 +132,7 @@ impl Replay {
             .map(|r| super::svg::Panel {
                 name: &r.name,
                 timeline: &r.timeline,
+                peak: r.tally.peak_total,
             })
             .collect();
         let watermark = Some(Config::default().high_watermark);
@@ -441,10 +442,11 @@ impl Stall {
     }
 }
 
-/// Growth of the total pending bytes per second during the stall, from a minute in until
-/// the first drop (a fall of more than 10 %) or the stall's end.
+/// Growth of the total pending bytes per second during the stall, from a minute in (a
+/// quarter in, for a stall shorter than four minutes) until the first drop (a fall of more
+/// than 10 %) or the stall's end.
 fn ramp(tl: &Timeline, start: Instant, end: Instant) -> Option<f64> {
-    let from = start + secs(60);
+    let from = start + (end - start).min(secs(240)) / 4;
     let i0 = tl.at.iter().position(|&t| t >= from)?;
     let mut i1 = i0;
     for i in i0 + 1..tl.at.len() {

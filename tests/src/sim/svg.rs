@@ -24,6 +24,8 @@ pub struct Panel<'a> {
     pub name: &'a str,
     /// Its samples.
     pub timeline: &'a Timeline,
+    /// Its exact peak of pending bytes (samples may miss a short one).
+    pub peak: u64,
 }
 
 fn esc(s: &str) -> String {
@@ -49,7 +51,9 @@ fn tick_step(span: f64) -> f64 {
 }
 
 fn tick_label(t: f64) -> String {
-    if t >= 60.0 && (t % 60.0).abs() < 1e-9 {
+    if t == 0.0 {
+        "0".into()
+    } else if t >= 60.0 && (t % 60.0).abs() < 1e-9 {
         format!("{} min", t / 60.0)
     } else if t >= 1.0 {
         format!("{t} s")
@@ -65,7 +69,7 @@ pub fn render(title: &str, panels: &[Panel<'_>], span: f64, watermark: Option<u6
     let x = |t: f64| LEFT + PLOT * (t / span).clamp(0.0, 1.0);
     let max_pending = panels
         .iter()
-        .flat_map(|p| p.timeline.total.iter())
+        .flat_map(|p| p.timeline.total.iter().chain(std::iter::once(&p.peak)))
         .copied()
         .max()
         .unwrap_or(0);
@@ -73,28 +77,35 @@ pub fn render(title: &str, panels: &[Panel<'_>], span: f64, watermark: Option<u6
     let bucket = panels
         .first()
         .map_or(1.0, |p| p.timeline.every.as_secs_f64());
-    // Outcomes per pixel column, so the bars stay readable however long the run.
+    // Outcomes per second, averaged over each pixel column, so the bars stay even however
+    // many periods fall in a column.
     let columns = PLOT as usize;
-    let per_col = |tl: &Timeline| -> Vec<[u32; 4]> {
-        let mut cols = vec![[0u32; 4]; columns];
+    let per_col = |tl: &Timeline| -> Vec<[f64; 4]> {
+        let mut cols = vec![[0f64; 4]; columns];
+        let mut n = vec![0u32; columns];
         for (i, o) in tl.outcomes.iter().enumerate() {
             let c = ((i as f64 * bucket / span) * columns as f64) as usize;
             if c < columns {
+                n[c] += 1;
                 for k in 0..4 {
-                    cols[c][k] += o[k];
+                    cols[c][k] += f64::from(o[k]);
                 }
+            }
+        }
+        for (col, n) in cols.iter_mut().zip(n) {
+            for v in col.iter_mut() {
+                *v /= f64::from(n.max(1)) * bucket;
             }
         }
         cols
     };
-    let cols: Vec<Vec<[u32; 4]>> = panels.iter().map(|p| per_col(p.timeline)).collect();
+    let cols: Vec<Vec<[f64; 4]>> = panels.iter().map(|p| per_col(p.timeline)).collect();
     let max_out = cols
         .iter()
         .flatten()
-        .map(|c| c.iter().sum::<u32>())
-        .max()
-        .unwrap_or(0);
-    let has_outcomes = max_out > 0;
+        .map(|c| c.iter().sum::<f64>())
+        .fold(0.0, f64::max);
+    let has_outcomes = max_out > 0.0;
     let nodes = panels
         .iter()
         .map(|p| p.timeline.lanes.len())
@@ -161,7 +172,7 @@ pub fn render(title: &str, panels: &[Panel<'_>], span: f64, watermark: Option<u6
                 y + PENDING_H,
                 y + PENDING_H / 2.0
             );
-            let peak = tl.total.iter().copied().max().unwrap_or(0);
+            let peak = p.peak;
             let _ = writeln!(
                 s,
                 r##"<text x="{:.1}" y="{:.1}" fill="#c0392b">peak {}</text>"##,
@@ -236,39 +247,46 @@ pub fn render(title: &str, panels: &[Panel<'_>], span: f64, watermark: Option<u6
             let colors = ["#27ae60", "#2980b9", "#c0392b", "#e67e22"];
             let _ = writeln!(
                 s,
-                r##"<rect x="{LEFT}" y="{y:.1}" width="{PLOT}" height="{OUTCOME_H}" fill="#f7f7f7" stroke="#ccc"/><text x="10" y="{:.1}" fill="#555">outcomes</text><text x="{:.1}" y="{:.1}" text-anchor="end">{max_out}</text>"##,
+                r##"<rect x="{LEFT}" y="{y:.1}" width="{PLOT}" height="{OUTCOME_H}" fill="#f7f7f7" stroke="#ccc"/><text x="10" y="{:.1}" fill="#555">outcomes/s</text><text x="{:.1}" y="{:.1}" text-anchor="end">{max_out:.0}</text>"##,
                 y + OUTCOME_H / 2.0,
                 LEFT - 4.0,
                 y + 10.0
             );
+            // One path per kind: a one-pixel bar per column, stacked.
+            let mut paths = [String::new(), String::new(), String::new(), String::new()];
             for (c, o) in cols.iter().enumerate() {
                 let mut base = y + OUTCOME_H;
                 for k in 0..4 {
-                    if o[k] == 0 {
+                    if o[k] <= 0.0 {
                         continue;
                     }
-                    let h = OUTCOME_H * o[k] as f64 / max_out as f64;
+                    let h = OUTCOME_H * o[k] / max_out;
                     base -= h;
-                    let _ = write!(
-                        s,
-                        r#"<rect x="{:.1}" y="{base:.2}" width="1" height="{h:.2}" fill="{}"/>"#,
-                        LEFT + c as f64,
-                        colors[k]
-                    );
+                    let _ = write!(paths[k], "M{:.0},{base:.1}h1v{h:.1}h-1z", LEFT + c as f64);
                 }
             }
-            s.push('\n');
+            for (k, d) in paths.iter().enumerate().filter(|(_, d)| !d.is_empty()) {
+                let _ = writeln!(s, r#"<path d="{d}" fill="{}"/>"#, colors[k]);
+            }
             y += OUTCOME_H + 10.0;
         }
-        // Marks across the whole block.
+        // Marks across the whole block, labels staggered so neighbours do not overlap.
+        let mut last_label = f64::NEG_INFINITY;
+        let mut row = 0.0;
         for (t, what) in &tl.marks {
             let mx = x(secs(*t));
+            row = if mx - last_label < 150.0 {
+                row + 10.0
+            } else {
+                0.0
+            };
+            last_label = mx;
             let _ = writeln!(
                 s,
                 r##"<line x1="{mx:.1}" x2="{mx:.1}" y1="{top:.1}" y2="{:.1}" stroke="#34495e" stroke-dasharray="2 2"/><text x="{:.1}" y="{:.1}" fill="#34495e" font-size="10">{}</text>"##,
                 y - 10.0,
                 mx + 3.0,
-                top - 3.0,
+                top - 3.0 + row,
                 esc(what)
             );
         }

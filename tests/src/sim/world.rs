@@ -601,7 +601,7 @@ impl World {
     /// connection, healthy ones included.
     fn out_of_memory(&mut self) {
         self.tally.ooms += 1;
-        self.mark("out of memory: every connection closed".to_string());
+        self.mark("out of memory: all closed".to_string());
         for n in 0..self.conns.len() {
             let Some(c) = self.conns[n].as_ref() else {
                 continue;
@@ -996,6 +996,8 @@ impl World {
                     self.violation.get_or_insert(msg);
                 }
                 let deadline = r.deadline;
+                let overrun = now - deadline;
+                self.tally.max_overrun = self.tally.max_overrun.max(overrun);
                 let before = r.class;
                 let class = match outcome {
                     Outcome::Response(_) if now <= deadline => Class::Ok,
