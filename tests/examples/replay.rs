@@ -23,7 +23,7 @@ fn main() -> std::io::Result<()> {
             other => only.push(other.to_string()),
         }
     }
-    let scenarios: [(&str, &str, fn() -> Replay); 3] = [
+    let scenarios: [Scenario; 3] = [
         (
             "1",
             "a node flap, readmitted onto a dead connection",
@@ -72,6 +72,9 @@ fn main() -> std::io::Result<()> {
     println!("\nall replays: {:.2} s wall", all.elapsed().as_secs_f64());
     Ok(())
 }
+
+/// Its key on the command line, what it is, and how to replay it.
+type Scenario = (&'static str, &'static str, fn() -> Replay);
 
 fn wrap(text: &str, width: usize) -> String {
     let mut out = String::new();

@@ -672,7 +672,7 @@ impl World {
             let mut progressed = false;
             while let Some(action) = self.pool.poll_action() {
                 progressed = true;
-                self.perform(action);
+                self.perform(&action);
             }
             let mut bufs = std::mem::take(&mut self.bufs);
             while let Some(conn) = self.pool.poll_transmit(self.transmit_max, &mut bufs) {
@@ -690,8 +690,8 @@ impl World {
         }
     }
 
-    fn perform(&mut self, action: Action) {
-        match action {
+    fn perform(&mut self, action: &Action) {
+        match *action {
             Action::Open { conn, options, .. } => {
                 let n = conn.node().index();
                 if self.conns[n].is_some() {
@@ -1471,7 +1471,7 @@ impl World {
     // -------------------------------------------------------------------------------------
     // Invariants.
 
-    fn fail(&mut self, what: String) {
+    fn fail(&mut self, what: impl std::fmt::Display) {
         if self.violation.is_none() {
             self.violation = Some(format!("at {:?}: {what}", self.now));
         }
@@ -1503,7 +1503,8 @@ impl World {
             };
             let head = c.handed.iter().find(|&&(slot, whole)| {
                 let r = self.arena.get(slot);
-                !whole && !(r.ended && r.written == 0)
+                let dropped_unsent = r.ended && r.written == 0;
+                !whole && !dropped_unsent
             });
             if let Some(&(slot, _)) = head {
                 let r = self.arena.get(slot);
