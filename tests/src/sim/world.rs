@@ -343,14 +343,38 @@ impl World {
 
     /// Schedules `act` at `at`.
     pub fn at(&mut self, at: Instant, act: Act) {
-        if let Act::Fault(n, fault) = &act {
-            let end = at + fault.duration();
-            let undo = Act::Undo(*n, *fault);
+        let undo = match &act {
+            Act::Fault(n, fault) => Some((at + fault.duration(), Act::Undo(*n, *fault))),
+            _ => None,
+        };
+        self.script.push(Some(act));
+        self.push(at, Wake::Script(self.script.len() - 1));
+        // After the fault, even when it lasts no time at all.
+        if let Some((end, undo)) = undo {
             self.script.push(Some(undo));
             self.push(end, Wake::Script(self.script.len() - 1));
         }
-        self.script.push(Some(act));
-        self.push(at, Wake::Script(self.script.len() - 1));
+    }
+
+    /// Does `act` now.
+    pub fn apply(&mut self, act: Act) {
+        self.at(self.now, act);
+        self.run_until(self.now);
+    }
+
+    /// Runs until `until`, calling `f` every `every` from now on (a caller's own load).
+    pub fn run_with(&mut self, until: Instant, every: Duration, f: &mut dyn FnMut(&mut World)) {
+        let mut next = self.now;
+        while self.violation.is_none() {
+            if self.now >= next && self.now < until {
+                f(self);
+                next = self.now + every;
+                self.poke_at(next);
+            }
+            if !self.step(until) {
+                break;
+            }
+        }
     }
 
     /// Makes [`step`](Self::step) stop at `at` (for a caller's own timers).
@@ -837,7 +861,9 @@ impl World {
                     c.retransmits = 0;
                     c.timers[Timer::Rto as usize] = None;
                     if c.snd.bytes > 0 {
-                        if c.zero_window.is_none() {
+                        // A zero window; progress (an ACK of new data) restarts the persist
+                        // timer, its backoff and its probe clock, as Linux does.
+                        if c.zero_window.is_none() || moved > 0 {
                             c.zero_window = Some(now);
                             c.probes_stamp = None;
                             c.probes_out = 0;
