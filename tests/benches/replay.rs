@@ -2,13 +2,22 @@
 //! wall time: `cargo bench -p keepwire-tests --bench replay`.
 //!
 //! Each run is repeated (`KEEPWIRE_BENCH_RUNS`, default 5) and the fastest and median wall
-//! times are printed with what the run simulated. A plain harness: one run is a second of
-//! work, which a statistics harness would repeat for minutes.
+//! times are printed with what the run simulated, and the thread's time on a CPU (Linux's
+//! `/proc/thread-self/schedstat`), which a machine busy with other work inflates less than
+//! the wall clock. A plain harness: one run is a second of work, which a statistics harness
+//! would repeat for minutes.
 #![allow(clippy::print_stdout)]
 
 use std::time::{Duration, Instant};
 
 use keepwire_tests::sim::stories::{Mode, Stall, thousands};
+
+/// This thread's time on a CPU so far, where Linux tells it.
+fn on_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let nanos = stat.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(nanos))
+}
 
 fn main() {
     let runs: usize = std::env::var("KEEPWIRE_BENCH_RUNS")
@@ -26,17 +35,25 @@ fn main() {
     );
     for mode in [Mode::Before, Mode::After] {
         let mut times: Vec<Duration> = Vec::new();
+        let mut cpu: Vec<Duration> = Vec::new();
         let mut last = None;
         for _ in 0..runs {
-            let started = Instant::now();
+            let (started, cpu_before) = (Instant::now(), on_cpu());
             let run = stall.run("bench", mode);
             times.push(started.elapsed());
+            if let (Some(a), Some(b)) = (cpu_before, on_cpu()) {
+                cpu.push(b - a);
+            }
             last = Some(run);
         }
         times.sort();
+        cpu.sort();
         let run = last.expect("at least one run");
+        let cpu = cpu.first().map_or(String::new(), |c| {
+            format!(" ({:.3} s on a CPU)", c.as_secs_f64())
+        });
         println!(
-            "{mode:?}: fastest {:.3} s, median {:.3} s wall over {runs} runs; {} queries \
+            "{mode:?}: fastest {:.3} s{cpu}, median {:.3} s wall over {runs} runs; {} queries \
              submitted ({} accepted), {} timed out, peak pending {} bytes",
             times[0].as_secs_f64(),
             times[times.len() / 2].as_secs_f64(),

@@ -45,6 +45,7 @@ fn main() -> std::io::Result<()> {
         println!("  {key}. {what}");
     }
     std::fs::create_dir_all(&out)?;
+    let out = out.canonicalize()?;
     let all = Wall::now();
     for (key, _, replay) in scenarios {
         if !only.is_empty() && !only.iter().any(|o| o == key) {

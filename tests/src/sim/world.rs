@@ -693,22 +693,23 @@ impl World {
     /// directly).
     pub fn pump(&mut self) {
         loop {
-            let mut progressed = false;
+            // Only the adapter's calls (for actions and writes) can make new output; the
+            // events, which the simulator merely records, cannot.
+            let mut called = false;
             while let Some(action) = self.pool.poll_action() {
-                progressed = true;
+                called = true;
                 self.perform(&action);
             }
             let mut bufs = std::mem::take(&mut self.bufs);
             while let Some(conn) = self.pool.poll_transmit(self.transmit_max, &mut bufs) {
-                progressed = true;
+                called = true;
                 self.write(conn, &bufs);
             }
             self.bufs = bufs;
             while let Some(event) = self.pool.poll_event() {
-                progressed = true;
                 self.on_event(event);
             }
-            if !progressed {
+            if !called {
                 break;
             }
         }
