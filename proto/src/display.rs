@@ -149,12 +149,12 @@ impl fmt::Display for Phase {
     }
 }
 
-/// "nothing sent", "handed to the adapter, unknown", "partly sent", "fully sent".
+/// "nothing sent", "may have been sent", "partly sent", "fully sent".
 impl fmt::Display for Sent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::Nothing => "nothing sent",
-            Self::Unknown => "handed to the adapter, unknown",
+            Self::Unknown => "may have been sent",
             Self::Partly => "partly sent",
             Self::Fully => "fully sent",
         })

@@ -9,7 +9,14 @@
 //! - no bytes are handed out for a closed or stale connection;
 //! - every accepted request ends exactly once, a refused one never; after a final shutdown
 //!   every accepted request has ended;
-//! - a request whose frame was dropped unsent never has a byte on any socket;
+//! - a request that ended with not one byte sent (dropped at its deadline, cancelled while
+//!   queued, failed before its turn) never has a byte on any socket afterwards; a request's
+//!   bytes reach a peer once, whole and uncorrupted; what each outcome says was sent matches
+//!   what the peers received;
+//! - selection's index picks what a linear scan of the rule picks, from every offset;
+//! - state-change events chain (each `from` is the previous `to`), panic-mode events
+//!   alternate and match the pool, a cancelled request ends `Cancelled`, a stale node handle
+//!   is refused and changes nothing, a hard shutdown ends every request at once;
 //! - after `handle_timeout(now)`, nothing is due at or before `now`.
 
 use alloc::collections::{BTreeMap, BTreeSet};
@@ -63,6 +70,12 @@ pub enum Op {
     RespondUnknown(u8, u64),
     /// The peer answers the oldest complete frame it received, as an in-order protocol does.
     RespondInOrder(u8),
+    /// The peer answers the frame still arriving on the node's connection.
+    RespondArriving(u8),
+    /// A command on a node handle from before its removal: refused, nothing changes.
+    StaleNode(u8, u8),
+    /// A hard shutdown, on one value in 64 only: every request ends at once.
+    Shutdown(u8),
     Closed(u8, u8),
     Violation(u8),
     /// A report on a connection from the list of every connection ever opened (mostly stale).
@@ -120,6 +133,10 @@ fn config(u: &mut Unstructured<'_>) -> arbitrary::Result<Config> {
     let mut c = Config::default();
     c.seed = Some(u.arbitrary()?);
     c.setup_timeout = Duration::from_millis(u.int_in_range(1..=200)?);
+    // Jitter from none to nearly all of the value: the draws' extremes matter most there.
+    let jitter = [0.0, 0.2, 0.5, 0.999][u.int_in_range(0..=3usize)?];
+    c.setup_timeout_jitter = jitter;
+    c.reconnect_jitter = jitter;
     c.setup_timeout_max = c.setup_timeout * u.int_in_range(1..=4)?;
     c.reconnect_backoff = Duration::from_millis(u.int_in_range(1..=50)?);
     c.reconnect_backoff_max = c.reconnect_backoff * u.int_in_range(1..=8)?;
@@ -168,8 +185,8 @@ struct Session {
     open: BTreeSet<RequestId>,
     /// Requests that ended.
     ended: BTreeSet<RequestId>,
-    /// Requests whose frame was dropped unsent.
-    dropped_unsent: BTreeSet<RequestId>,
+    /// Requests that ended with not one byte sent: none may ever reach a peer.
+    never_sent: BTreeSet<RequestId>,
     /// Requests some peer received a byte of.
     on_wire: BTreeSet<RequestId>,
     /// Hand-outs from `poll_transmit` the adapter holds and has not reported yet.
@@ -178,6 +195,12 @@ struct Session {
     batch: usize,
     /// Panic mode, as the events said.
     panic: bool,
+    /// Handles of removed nodes.
+    removed: Vec<NodeId>,
+    /// A request just cancelled, until its `Cancelled` outcome is seen.
+    cancelled: Option<RequestId>,
+    /// Each node's state, as its state-change events said.
+    states: BTreeMap<NodeId, crate::NodeState>,
 }
 
 /// What a peer received on one connection: frames are `id (8 bytes) | len (2) | filler`.
@@ -186,9 +209,14 @@ struct Stream {
     buf: Vec<u8>,
     /// Complete frames not yet answered.
     unanswered: Vec<RequestId>,
+    /// The frame whose header has arrived and whose body has not, if any.
+    arriving: Option<RequestId>,
+    /// Frames answered while still arriving: not answered again once complete.
+    answered_early: Vec<RequestId>,
 }
 
 const HEADER: usize = 10;
+const FILLER: u8 = 0x5A;
 
 impl Session {
     fn new(config: Config, batch: usize) -> Self {
@@ -201,11 +229,14 @@ impl Session {
             streams: BTreeMap::new(),
             open: BTreeSet::new(),
             ended: BTreeSet::new(),
-            dropped_unsent: BTreeSet::new(),
+            never_sent: BTreeSet::new(),
             on_wire: BTreeSet::new(),
             handed: BTreeMap::new(),
             batch,
             panic: false,
+            removed: Vec::new(),
+            cancelled: None,
+            states: BTreeMap::new(),
         }
     }
 
@@ -232,6 +263,7 @@ impl Session {
                 if let Some(n) = self.node(i) {
                     self.pool.remove_node(now, n).unwrap();
                     self.nodes.retain(|&m| m != n);
+                    self.removed.push(n);
                 }
             }
             Op::Disable(i) => self.with_node(i, |p, n| p.disable_node(now, n)),
@@ -249,6 +281,9 @@ impl Session {
             }
             Op::Select => {
                 self.pool.select(now);
+                self.pool
+                    .check_selection()
+                    .unwrap_or_else(|e| panic!("selection: {e}"));
             }
             Op::Submit {
                 node,
@@ -258,6 +293,9 @@ impl Session {
             Op::Cancel(i) => {
                 if let Some(&id) = self.open.iter().nth(i as usize % self.open.len().max(1)) {
                     self.pool.cancel(now, id).unwrap();
+                    self.cancelled = Some(id);
+                    self.drain();
+                    assert!(self.cancelled.is_none(), "{id:?} ended at its cancel");
                 }
             }
             Op::Connected(i) => self.report(i, |p, c| p.handle_connected(now, c)),
@@ -271,6 +309,15 @@ impl Session {
             Op::Write { node, accept } => self.write(node, usize::from(accept)),
             Op::Respond { node, pick } => self.respond(node, pick),
             Op::RespondInOrder(i) => self.respond_in_order(i),
+            Op::RespondArriving(i) => self.respond_arriving(i),
+            Op::StaleNode(i, kind) => self.stale_node(i, kind),
+            Op::Shutdown(n) => {
+                if n % 64 == 0 {
+                    self.pool.shutdown(now);
+                    self.drain();
+                    assert!(self.open.is_empty(), "a hard shutdown ends every request");
+                }
+            }
             Op::RespondUnknown(i, raw) => {
                 self.report(i, |p, c| {
                     p.handle_response(now, c, RequestId::from_u64(raw), Bytes::new())
@@ -368,7 +415,7 @@ impl Session {
         let mut frame = Vec::with_capacity(HEADER + usize::from(len % 512));
         frame.extend_from_slice(&id.as_u64().to_be_bytes());
         frame.extend_from_slice(&(len % 512).to_be_bytes());
-        frame.resize(HEADER + usize::from(len % 512), 0x5A);
+        frame.resize(HEADER + usize::from(len % 512), FILLER);
         let deadline = self.now + Duration::from_millis(u64::from(deadline_ms));
         if let Ok(got) = self
             .pool
@@ -414,13 +461,25 @@ impl Session {
     }
 
     /// Splits the peer's received bytes into frames; records which requests reached a wire.
+    /// Splits the peer's received bytes into frames: each arrives whole (its body untouched),
+    /// and no request's bytes ever reach a peer twice, on any connection.
     fn parse(&mut self, conn: ConnId) {
         let Some(stream) = self.streams.get_mut(&conn) else {
             return;
         };
         while stream.buf.len() >= 8 {
             let id = RequestId::from_u64(u64::from_be_bytes(stream.buf[..8].try_into().unwrap()));
-            self.on_wire.insert(id);
+            if stream.arriving != Some(id) {
+                assert!(
+                    self.open.contains(&id) || self.ended.contains(&id),
+                    "{conn:?}: a frame header names no request: the stream lost its alignment"
+                );
+                assert!(
+                    self.on_wire.insert(id),
+                    "{id:?} reached a peer a second time (on {conn:?})"
+                );
+                stream.arriving = Some(id);
+            }
             if stream.buf.len() < HEADER {
                 break;
             }
@@ -428,9 +487,40 @@ impl Session {
             if stream.buf.len() < HEADER + len {
                 break;
             }
+            assert!(
+                stream.buf[HEADER..HEADER + len]
+                    .iter()
+                    .all(|&b| b == FILLER),
+                "{id:?} arrived corrupted"
+            );
             stream.buf.drain(..HEADER + len);
-            stream.unanswered.push(id);
+            if !stream.answered_early.contains(&id) {
+                stream.unanswered.push(id);
+            }
+            stream.arriving = None;
         }
+    }
+
+    /// The peer answers the request whose frame is still arriving (a response to a
+    /// half-written frame, which the pool accepts).
+    fn respond_arriving(&mut self, i: u8) {
+        let Some(conn) = self.conn(i) else { return };
+        let Some(id) = self.streams.get_mut(&conn).and_then(|s| s.arriving.take()) else {
+            return;
+        };
+        // Its bytes still count as arriving; the frame is finished later and then unanswered.
+        if let Some(s) = self.streams.get_mut(&conn) {
+            s.arriving = Some(id);
+            s.answered_early.push(id);
+        }
+        let result = self
+            .pool
+            .handle_response(self.now, conn, id, Bytes::from_static(b"early"));
+        assert_eq!(
+            result,
+            Ok(()),
+            "a response to a half-written frame is accepted"
+        );
     }
 
     fn respond(&mut self, i: u8, pick: u16) {
@@ -452,6 +542,28 @@ impl Session {
             Ok(()),
             "a response to a request the peer received is accepted"
         );
+    }
+
+    fn stale_node(&mut self, i: u8, kind: u8) {
+        let Some(&node) = self.removed.get(i as usize % self.removed.len().max(1)) else {
+            return;
+        };
+        if self.pool.is_shut_down() {
+            return; // a shut-down pool refuses everything for that reason first
+        }
+        let now = self.now;
+        let stale = Err(crate::HandleError::StaleNode);
+        match kind % 4 {
+            0 => assert_eq!(self.pool.connect(now, node), stale),
+            1 => assert_eq!(self.pool.disable_node(now, node), stale),
+            2 => assert_eq!(self.pool.set_epoch(now, node, 9), stale),
+            _ => {
+                let frame = Bytes::from_static(b"stale");
+                let refused = self.pool.submit(now, Target::Node(node), now, frame);
+                assert_eq!(refused, Err(crate::SubmitError::StaleHandle));
+            }
+        }
+        assert_eq!(self.pool.node_state(node), None);
     }
 
     fn respond_in_order(&mut self, i: u8) {
@@ -533,6 +645,13 @@ impl Session {
                 assert_ne!(entered, self.panic, "panic-mode events alternate");
                 self.panic = entered;
             }
+            if let Event::StateChanged { node, from, to, .. } = event {
+                let known = self.states.insert(node, to);
+                assert!(from != to, "{node:?}: a state change to the same state");
+                if let Some(known) = known {
+                    assert_eq!(known, from, "{node:?}: events skipped a state change");
+                }
+            }
             if let Event::RequestDone {
                 id, outcome, sent, ..
             } = event
@@ -552,6 +671,10 @@ impl Session {
                     ),
                     _ => {}
                 }
+                if self.cancelled == Some(id) {
+                    assert_eq!(outcome, Outcome::Cancelled, "{id:?} was cancelled");
+                    self.cancelled = None;
+                }
                 if matches!(outcome, Outcome::Response(_)) {
                     assert!(
                         matches!(sent, Sent::Partly | Sent::Fully),
@@ -564,7 +687,10 @@ impl Session {
                         phase: Phase::Queued,
                     })
                 {
-                    self.dropped_unsent.insert(id);
+                    assert_eq!(sent, Sent::Nothing, "{id:?} dropped unsent");
+                }
+                if sent == Sent::Nothing {
+                    self.never_sent.insert(id);
                 }
             }
         }
@@ -579,8 +705,8 @@ impl Session {
                 self.pool.in_panic()
             ));
         }
-        if let Some(id) = self.dropped_unsent.intersection(&self.on_wire).next() {
-            return Err(format!("{id:?} was dropped unsent but reached a socket"));
+        if let Some(id) = self.never_sent.intersection(&self.on_wire).next() {
+            return Err(format!("{id:?} ended as never sent but reached a peer"));
         }
         Ok(())
     }
@@ -610,19 +736,43 @@ fn failure(kind: u8) -> Failure {
 }
 
 impl Pool {
+    /// Checks that the selection index picks what a linear scan of the rule picks, from every
+    /// offset, at the pool's current time.
+    pub fn check_selection(&mut self) -> Result<(), String> {
+        let now = self.latest();
+        for offset in 0..self.node_slots() {
+            let (indexed, scanned) = (self.pick_from(now, offset), self.scan_from(now, offset));
+            if indexed != scanned {
+                return Err(format!(
+                    "from offset {offset}: the index picks {indexed:?}, the scan {scanned:?}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks the pool's own accounting; `Err` names the first inconsistency.
     pub fn check_invariants(&self) -> Result<(), String> {
+        let mut held: BTreeMap<NodeId, usize> = BTreeMap::new();
+        for (id, r) in self.requests().iter() {
+            if self.node(r.node).is_err() {
+                return Err(format!("{id:?} belongs to a removed node"));
+            }
+            *held.entry(r.node).or_default() += 1;
+        }
         let mut total = 0;
         let mut census = crate::node::Census::default();
         for n in self.live_nodes() {
-            n.check_invariants(self.config(), self.requests())?;
+            let count = held.get(&n.id()).copied().unwrap_or(0);
+            n.check_invariants(self.config(), count)?;
             total += n.outbound.pending();
             census.add(n.census());
         }
         if census != self.census() {
             return Err(format!("census {:?} != counted {census:?}", self.census()));
         }
-        if self.in_panic() != census.panics(self.config().panic_threshold) {
+        let panic = census.panics(self.config().panic_threshold) && !self.is_shut_down();
+        if self.in_panic() != panic {
             return Err(format!("panic mode {} with {census:?}", self.in_panic()));
         }
         if total != self.total_pending_bytes() {
@@ -630,11 +780,6 @@ impl Pool {
                 "total pending {} != sum over nodes {total}",
                 self.total_pending_bytes()
             ));
-        }
-        for (id, r) in self.requests().iter() {
-            if self.node(r.node).is_err() {
-                return Err(format!("{id:?} belongs to a removed node"));
-            }
         }
         Ok(())
     }

@@ -1,5 +1,9 @@
 //! Node selection (Kafka KIP-601's `leastLoadedNode`, as DESIGN.md states it).
 
+mod index;
+
+pub(crate) use index::{Class, Placement, SelectIndex, Standing};
+
 use crate::config::SelectionRule;
 use crate::event::NodeState;
 use crate::ids::NodeId;
@@ -26,12 +30,55 @@ pub enum Selection {
 }
 
 impl Pool {
+    /// The rule, through the index: O(log n) in the number of nodes.
     pub(crate) fn pick(&mut self, now: Instant) -> Selection {
         let count = self.node_slots();
         if count == 0 {
             return Selection::None { all_full: false };
         }
         let offset = self.draw_below(count);
+        self.pick_from(now, offset)
+    }
+
+    /// [`Pool::select`]'s rule by a linear scan of every node, O(n): the reference the index
+    /// is tested against, and the baseline of its benchmark. Draws its random offset as
+    /// `select` does.
+    pub fn select_by_scan(&mut self, now: Instant) -> Selection {
+        let count = self.node_slots();
+        if count == 0 {
+            return Selection::None { all_full: false };
+        }
+        let offset = self.draw_below(count);
+        self.scan_from(now, offset)
+    }
+
+    /// The rule through the index, from the node slot `offset` on.
+    pub(crate) fn pick_from(&mut self, now: Instant, offset: usize) -> Selection {
+        let offset = offset as u32;
+        let cap = self.config().max_in_flight as usize;
+        let panic = self.in_panic();
+        let index = self.select_index(now);
+        let chosen = match index.ready(offset, cap, panic) {
+            Ok(slot) => Ok((Selection::Ready as fn(NodeId) -> Selection, slot)),
+            Err(all_full) => match index.connecting(offset, panic) {
+                Some(slot) => Ok((Selection::Connecting as fn(NodeId) -> Selection, slot)),
+                None => match index.reconnectable(offset, panic) {
+                    Some(slot) => Ok((Selection::Connect as fn(NodeId) -> Selection, slot)),
+                    None => Err(all_full),
+                },
+            },
+        };
+        match chosen {
+            Ok((make, slot)) => self
+                .node_at(slot as usize)
+                .map_or(Selection::None { all_full: false }, |n| make(n.id())),
+            Err(all_full) => Selection::None { all_full },
+        }
+    }
+
+    /// The rule by a linear scan, from the node slot `offset` on.
+    pub(crate) fn scan_from(&self, now: Instant, offset: usize) -> Selection {
+        let count = self.node_slots();
         let max_in_flight = self.config().max_in_flight as usize;
         let rule = self.config().selection;
         let mut ready: Option<(usize, NodeId)> = None;
@@ -98,9 +145,50 @@ fn reconnect_rank(
     if now < reconnect_at {
         return None;
     }
+    Some(rank(node, rule))
+}
+
+fn rank(node: &Node, rule: SelectionRule) -> index::Rank {
     let (failed, last) = node.attempts();
-    Some(match rule {
+    match rule {
         SelectionRule::LeastRecentlyAttempted => (0, last),
         _ => (failed, last),
-    })
+    }
+}
+
+impl Node {
+    /// Where this node stands for selection at `now` (the index keeps it up to date).
+    pub(crate) fn placement(&self, now: Instant, rule: SelectionRule) -> Placement {
+        let quarantined = self.is_quarantined();
+        if !self.admission.enabled || self.state() == NodeState::Closed {
+            return Placement {
+                class: Class::Out,
+                quarantined,
+            };
+        }
+        let standing = match self.state() {
+            NodeState::Ready => Standing::Ready {
+                load: self.requests(),
+                writable: self.outbound.is_writable(),
+            },
+            NodeState::Connecting | NodeState::Handshaking => Standing::Connecting,
+            NodeState::Disconnected { reconnect_at } | NodeState::AuthFailed { reconnect_at } => {
+                Standing::Disconnected {
+                    reconnect_at,
+                    rank: rank(self, rule),
+                }
+            }
+            _ => Standing::Other,
+        };
+        let until = self.admission.throttled_until;
+        let class = if now < until {
+            Class::Throttled {
+                until,
+                then: standing,
+            }
+        } else {
+            Class::In(standing)
+        };
+        Placement { class, quarantined }
+    }
 }

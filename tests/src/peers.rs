@@ -9,7 +9,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use keepwire_driver::LengthPrefixed;
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
 /// How a [`Peer`] treats each connection it accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,14 +37,21 @@ pub struct Peer {
     recv_buffer: Option<usize>,
     state: Arc<PeerState>,
     acceptor: Option<JoinHandle<()>>,
+    /// While killed: the port, bound but not listening, so every connect is refused and no
+    /// one else takes it before [`Peer::revive`].
+    held: Option<Socket>,
 }
 
 #[derive(Debug, Default)]
 struct PeerState {
     stop: AtomicBool,
+    /// Stalled (a wedged or stopped process): nothing is read or answered, connections stay
+    /// open, and the kernel still accepts connections and buffers what clients send.
+    stalled: AtomicBool,
     accepted: AtomicUsize,
     requests: AtomicUsize,
     streams: Mutex<Vec<TcpStream>>,
+    servers: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Peer {
@@ -68,7 +75,13 @@ impl Peer {
     }
 
     fn start_at(addr: SocketAddr, behaviour: Behaviour, recv_buffer: Option<usize>) -> Self {
-        let listener = listen(addr, recv_buffer, 128).expect("bind a loopback listener");
+        let socket = bind(addr, recv_buffer).expect("bind a loopback listener");
+        Self::start_on(socket, behaviour, recv_buffer)
+    }
+
+    fn start_on(socket: Socket, behaviour: Behaviour, recv_buffer: Option<usize>) -> Self {
+        socket.listen(128).expect("listen on loopback");
+        let listener: TcpListener = socket.into();
         let addr = listener.local_addr().expect("listener address");
         let state = Arc::new(PeerState::default());
         let acceptor = {
@@ -80,6 +93,7 @@ impl Peer {
             recv_buffer,
             state,
             acceptor: Some(acceptor),
+            held: None,
         }
     }
 
@@ -103,6 +117,83 @@ impl Peer {
     pub fn restart(&mut self, behaviour: Behaviour) {
         self.stop();
         *self = Self::start_at(self.addr, behaviour, self.recv_buffer);
+    }
+
+    /// Simulates a server whose host crashed and came back on the same port: every accepted
+    /// connection is *aborted* (SO_LINGER 0: its kernel forgets the connection at once and
+    /// sends one RST, which is lost if the path is blocked), not closed with a FIN as by
+    /// [`restart`](Self::restart); then it listens again as `behaviour`. A client that still
+    /// believes in its connection finds out by its next write, which the kernel answers with
+    /// RST.
+    pub fn crash_and_restart(&mut self, behaviour: Behaviour) {
+        self.state.stop.store(true, Ordering::SeqCst);
+        if let Some(acceptor) = self.acceptor.take() {
+            let _ = acceptor.join();
+        }
+        let streams = std::mem::take(
+            &mut *self
+                .state
+                .streams
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for stream in &streams {
+            SockRef::from(stream)
+                .set_linger(Some(Duration::ZERO))
+                .expect("SO_LINGER 0");
+            // Wakes the connection's server thread (its read returns end of stream) without
+            // sending anything, so it exits and drops its clones of the socket.
+            let _ = stream.shutdown(Shutdown::Read);
+        }
+        let servers = std::mem::take(
+            &mut *self
+                .state
+                .servers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for server in servers {
+            let _ = server.join();
+        }
+        // The last descriptor of each socket closes here: with SO_LINGER 0 that aborts it.
+        drop(streams);
+        *self = Self::start_at(self.addr, behaviour, self.recv_buffer);
+    }
+
+    /// Stalls the server, as a wedged or SIGSTOPped process: from now on it reads and answers
+    /// nothing (a request it was reading when stalled is answered only on [`resume`]), while
+    /// its connections stay open and the kernel keeps accepting connections and buffering
+    /// what clients send.
+    ///
+    /// [`resume`]: Peer::resume
+    pub fn stall(&self) {
+        self.state.stalled.store(true, Ordering::SeqCst);
+    }
+
+    /// Ends a [`stall`](Peer::stall): the server reads and answers everything buffered
+    /// meanwhile, in order, then carries on.
+    pub fn resume(&self) {
+        self.state.stalled.store(false, Ordering::SeqCst);
+    }
+
+    /// Kills the server: closes the listener and every accepted connection (the client sees
+    /// end of stream), and keeps the port bound but not listening, so every connect is refused
+    /// until [`revive`](Peer::revive).
+    pub fn kill(&mut self) {
+        self.stop();
+        self.held = Some(bind(self.addr, self.recv_buffer).expect("hold the killed peer's port"));
+    }
+
+    /// Starts a killed server again on the same port, as `behaviour`; returns once it listens.
+    pub fn revive(&mut self, behaviour: Behaviour) {
+        let socket = match self.held.take() {
+            Some(socket) => socket,
+            None => {
+                self.stop();
+                bind(self.addr, self.recv_buffer).expect("bind the peer's port again")
+            }
+        };
+        *self = Self::start_on(socket, behaviour, self.recv_buffer);
     }
 
     fn stop(&mut self) {
@@ -129,15 +220,15 @@ impl Drop for Peer {
     }
 }
 
-fn listen(addr: SocketAddr, recv_buffer: Option<usize>, backlog: i32) -> io::Result<TcpListener> {
+/// A socket bound to `addr` (reusing it), not yet listening: connects to it are refused.
+fn bind(addr: SocketAddr, recv_buffer: Option<usize>) -> io::Result<Socket> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
     if let Some(size) = recv_buffer {
         socket.set_recv_buffer_size(size)?;
     }
     socket.bind(&addr.into())?;
-    socket.listen(backlog)?;
-    Ok(socket.into())
+    Ok(socket)
 }
 
 fn accept_loop(listener: &TcpListener, behaviour: Behaviour, state: &Arc<PeerState>) {
@@ -156,8 +247,13 @@ fn accept_loop(listener: &TcpListener, behaviour: Behaviour, state: &Arc<PeerSta
                     .unwrap_or_else(PoisonError::into_inner)
                     .push(kept);
                 if behaviour != Behaviour::NeverRead {
-                    let state = Arc::clone(state);
-                    thread::spawn(move || serve(stream, behaviour, &state));
+                    let server = {
+                        let state = Arc::clone(state);
+                        thread::spawn(move || serve(stream, behaviour, &state))
+                    };
+                    let mut servers = state.servers.lock().unwrap_or_else(PoisonError::into_inner);
+                    servers.retain(|server| !server.is_finished());
+                    servers.push(server);
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -168,11 +264,32 @@ fn accept_loop(listener: &TcpListener, behaviour: Behaviour, state: &Arc<PeerSta
     }
 }
 
+/// Waits while the peer is stalled; `false` if it stopped meanwhile.
+fn unless_stalled(state: &PeerState) -> bool {
+    while state.stalled.load(Ordering::SeqCst) {
+        if state.stop.load(Ordering::SeqCst) {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+    true
+}
+
 /// Serves one connection until the client closes it or the peer stops.
 fn serve(mut stream: TcpStream, behaviour: Behaviour, state: &PeerState) {
     let reader = stream.try_clone().expect("clone stream");
     let mut reader = io::BufReader::with_capacity(64 * 1024, reader);
-    while let Ok((id, payload)) = read_frame(&mut reader) {
+    loop {
+        if !unless_stalled(state) {
+            return;
+        }
+        let Ok((id, payload)) = read_frame(&mut reader) else {
+            return;
+        };
+        // A request read just as the peer stalled is answered only once it resumes.
+        if !unless_stalled(state) {
+            return;
+        }
         state.requests.fetch_add(1, Ordering::SeqCst);
         let answer = match behaviour {
             Behaviour::Echo => LengthPrefixed::frame(id, &payload)
@@ -349,6 +466,60 @@ mod tests {
     }
 
     #[test]
+    fn a_stalled_peer_answers_nothing_until_it_resumes() {
+        let peer = Peer::start(Behaviour::Echo);
+        let mut stream = TcpStream::connect(peer.addr()).unwrap();
+        stream
+            .write_all(&LengthPrefixed::frame(1, b"before").unwrap())
+            .unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        assert_eq!(read_frame(&mut stream).unwrap(), (1, b"before".to_vec()));
+        peer.stall();
+        for id in 2..5 {
+            stream
+                .write_all(&LengthPrefixed::frame(id, b"during").unwrap())
+                .unwrap();
+        }
+        stream
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let err = read_frame(&mut stream).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock, "nothing answered");
+        let during = TcpStream::connect(peer.addr());
+        assert!(during.is_ok(), "the kernel still accepts connections");
+        peer.resume();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        for id in 2..5 {
+            assert_eq!(read_frame(&mut stream).unwrap(), (id, b"during".to_vec()));
+        }
+    }
+
+    #[test]
+    fn a_killed_peer_refuses_until_revived_on_the_same_port() {
+        let mut peer = Peer::start(Behaviour::Echo);
+        let addr = peer.addr();
+        let mut old = TcpStream::connect(addr).unwrap();
+        while peer.accepted() == 0 {
+            thread::sleep(Duration::from_millis(5));
+        }
+        peer.kill();
+        old.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(old.read(&mut [0; 16]).unwrap_or(0), 0, "connections closed");
+        let err = TcpStream::connect(addr).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused);
+        peer.revive(Behaviour::Echo);
+        assert_eq!(peer.addr(), addr);
+        assert_eq!(
+            round_trip(&peer, 9, b"back").unwrap(),
+            (9, b"back".to_vec())
+        );
+    }
+
+    #[test]
     fn a_refusing_port_refuses() {
         let port = RefusingPort::new();
         let err = TcpStream::connect(port.addr()).unwrap_err();
@@ -375,5 +546,22 @@ mod tests {
             .unwrap();
         let err = stream.write_all(&vec![0; 1 << 20]).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+    }
+
+    #[test]
+    fn crash_and_restart_aborts_old_connections_and_listens_again() {
+        let mut peer = Peer::start(Behaviour::Echo);
+        let mut old = TcpStream::connect(peer.addr()).unwrap();
+        while peer.accepted() == 0 {
+            thread::sleep(Duration::from_millis(5));
+        }
+        peer.crash_and_restart(Behaviour::Echo);
+        old.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let err = old.read(&mut [0; 16]).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionReset, "{err}");
+        assert_eq!(
+            round_trip(&peer, 8, b"fresh").unwrap(),
+            (8, b"fresh".to_vec())
+        );
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use keepwire_driver::{
     ClientBuilder, CommandError, Events, HandshakeIo, Runtime, SendError, Target,
 };
-use keepwire_proto::{CloseReason, Event, EvictReason, NodeState, Unavailable};
+use keepwire_proto::{CloseReason, Event, EvictReason, NodeState, Phase, Sent, Unavailable};
 use keepwire_tests::peers::{Behaviour, FullAcceptQueue, Peer, RefusingPort};
 use keepwire_tests::{
     send_held, sleep, spawn, test_config, test_on_every_runtime, until_read, wait_for, within,
@@ -136,7 +136,11 @@ async fn a_hanging_handshake_is_abandoned_at_the_setup_deadline(runtime: Arc<dyn
     let took = started.elapsed();
     assert_eq!(
         outcome,
-        Err(SendError::ConnectionLost(CloseReason::SetupTimeout))
+        Err(SendError::ConnectionLost {
+            cause: CloseReason::SetupTimeout,
+            sent: Sent::Nothing,
+            retried: false,
+        })
     );
     assert!(
         took >= Duration::from_millis(300) && took < Duration::from_millis(1300),
@@ -155,8 +159,16 @@ async fn shutdown_ends_every_pending_request_and_later_calls(runtime: Arc<dyn Ru
     let pending = send_held(&*runtime, &client, Target::Best, 5, Duration::from_secs(30));
     until_read(&*runtime, &peer, 5).await;
     client.shutdown().await;
+    // The server read them all: each ends saying so (not as a refusal).
     for request in pending {
-        assert_eq!(request.join().await, Err(SendError::Shutdown));
+        assert_eq!(
+            request.join().await,
+            Err(SendError::ConnectionLost {
+                cause: CloseReason::Shutdown,
+                sent: Sent::Fully,
+                retried: false,
+            })
+        );
     }
     assert_eq!(
         client
@@ -200,7 +212,14 @@ async fn connect_on_a_quarantined_node_says_why_it_is_refused(runtime: Arc<dyn R
         .send(Target::Node(node), &b"hi"[..], Duration::from_secs(5))
         .await;
     assert!(
-        matches!(refused, Err(SendError::ConnectionLost(_))),
+        matches!(
+            refused,
+            Err(SendError::ConnectionLost {
+                cause: CloseReason::ConnectFailed(_),
+                sent: Sent::Nothing,
+                retried: false,
+            })
+        ),
         "{refused:?}"
     );
     assert_eq!(client.counters().await.unwrap().quarantines, 1);
@@ -287,7 +306,14 @@ async fn a_graceful_shutdown_lets_sent_requests_run_to_their_own_end(runtime: Ar
     for request in held {
         let result = request.join().await;
         assert!(
-            matches!(result, Err(SendError::DeadlineExceeded { .. })),
+            matches!(
+                result,
+                Err(SendError::DeadlineExceeded {
+                    phase: Phase::InFlight,
+                    sent: Sent::Fully,
+                    retried: false,
+                })
+            ),
             "{result:?}"
         );
     }

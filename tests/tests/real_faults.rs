@@ -7,7 +7,7 @@ use std::time::{Duration, Instant as WallClock};
 
 use keepwire_driver::{Client, ClientBuilder, ClientEvent, Events, Runtime, SendError, Target};
 use keepwire_proto::{
-    CloseReason, Config, Event, EvictReason, Failure, NodeId, NodeState, Phase, Reason,
+    CloseReason, Config, Event, EvictReason, Failure, NodeId, NodeState, Phase, Reason, Sent,
 };
 use keepwire_tests::peers::{Behaviour, FullAcceptQueue, Peer, RefusingPort};
 use keepwire_tests::{
@@ -73,18 +73,29 @@ async fn write_timeout_closes_a_stalled_connection(runtime: Arc<dyn Runtime>) {
     });
     let big = big.join().await;
     let detected = started.elapsed();
+    // The kernel took the start of the 4 MiB frame; the small one behind it never left.
     assert_eq!(
         big,
-        Err(SendError::ConnectionLost(CloseReason::WriteTimeout))
+        Err(SendError::ConnectionLost {
+            cause: CloseReason::WriteTimeout,
+            sent: Sent::Partly,
+            retried: false,
+        })
     );
     assert_eq!(
         big.unwrap_err().to_string(),
-        "connection lost: write timeout"
+        "connection lost: write timeout (partly sent)"
     );
+    let small = small.join().await.unwrap_err();
     assert_eq!(
-        small.join().await,
-        Err(SendError::ConnectionLost(CloseReason::WriteTimeout))
+        small,
+        SendError::ConnectionLost {
+            cause: CloseReason::WriteTimeout,
+            sent: Sent::Nothing,
+            retried: false,
+        }
     );
+    assert!(small.is_retryable() && !small.was_sent(), "{small}");
     println!("write timeout detected after {detected:?} (limit 500 ms)");
     assert!(
         detected >= Duration::from_millis(500),
@@ -145,7 +156,9 @@ async fn write_timeout_closes_a_stalled_connection(runtime: Arc<dyn Runtime>) {
     assert_eq!(
         next,
         Err(SendError::DeadlineExceeded {
-            phase: Phase::InFlight
+            phase: Phase::InFlight,
+            sent: Sent::Fully,
+            retried: false,
         })
     );
     assert_eq!(peer.accepted(), 2, "a fresh connection was opened");
@@ -222,15 +235,28 @@ async fn a_send_above_the_high_watermark_fails_at_once(runtime: Arc<dyn Runtime>
 
     client.shutdown().await;
     // A filler send whose task ran late (after the flip) was rejected too: count those.
+    // The others end with the shutdown, each saying whether the kernel had taken it.
     let mut late_rejections = 0;
+    let mut sent = Vec::new();
     for request in queued {
-        let outcome = request.join().await;
-        assert!(
-            matches!(outcome, Err(SendError::Shutdown | SendError::NotWritable)),
-            "every queued request ends typed: {outcome:?}"
-        );
-        late_rejections += u64::from(outcome == Err(SendError::NotWritable));
+        match request.join().await {
+            Err(SendError::NotWritable) => late_rejections += 1,
+            Err(SendError::ConnectionLost {
+                cause: CloseReason::Shutdown,
+                sent: s,
+                retried: false,
+            }) => sent.push(s),
+            other => panic!("every queued request ends typed: {other:?}"),
+        }
     }
+    assert!(
+        sent.contains(&Sent::Nothing),
+        "those above the watermark never left: {sent:?}"
+    );
+    assert!(
+        sent.iter().any(|s| s.may_have_reached_server()),
+        "the kernel took the first ones: {sent:?}"
+    );
     assert!(
         (1..=1 + late_rejections).contains(&counters.unwritable_rejections),
         "{counters:?}, {late_rejections} filler sends rejected"
@@ -249,9 +275,11 @@ async fn a_refused_connect_fails_fast_and_backs_off_exponentially(runtime: Arc<d
     let took = started.elapsed();
     assert_eq!(
         outcome,
-        Err(SendError::ConnectionLost(CloseReason::ConnectFailed(
-            Failure::Refused
-        )))
+        Err(SendError::ConnectionLost {
+            cause: CloseReason::ConnectFailed(Failure::Refused),
+            sent: Sent::Nothing,
+            retried: false,
+        })
     );
     // Refused in ~0.1 ms; far below the 300 ms setup timeout even on a loaded CI.
     assert!(took < Duration::from_millis(300), "refusal took {took:?}");
@@ -306,7 +334,11 @@ async fn a_hanging_connect_is_abandoned_at_a_growing_setup_deadline(runtime: Arc
     let first_wall = started.elapsed();
     assert_eq!(
         outcome,
-        Err(SendError::ConnectionLost(CloseReason::SetupTimeout))
+        Err(SendError::ConnectionLost {
+            cause: CloseReason::SetupTimeout,
+            sent: Sent::Nothing,
+            retried: false,
+        })
     );
     println!("setup timeout detected after {first_wall:?} (limit 300 ms)");
     assert!(first_wall >= Duration::from_millis(300), "{first_wall:?}");
@@ -381,9 +413,11 @@ async fn a_restarted_peer_ends_old_requests_and_the_next_reconnects(runtime: Arc
         assert!(
             matches!(
                 outcome,
-                Err(SendError::ConnectionLost(CloseReason::Io(
-                    Failure::PeerClosed | Failure::Reset
-                )))
+                Err(SendError::ConnectionLost {
+                    cause: CloseReason::Io(Failure::PeerClosed | Failure::Reset),
+                    sent: Sent::Fully,
+                    retried: false,
+                })
             ),
             "{outcome:?}"
         );

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keepwire_driver::{ClientBuilder, Runtime, SendError, Target};
-use keepwire_proto::Violation;
+use keepwire_proto::{Sent, Violation};
 use keepwire_tests::peers::{Behaviour, Peer};
 use keepwire_tests::{sleep, spawn, test_config, test_on_every_runtime};
 
@@ -63,15 +63,31 @@ async fn hostile_peer_ends_only_its_connection(
             }
         }
     });
+    let mut sent = Vec::new();
     for victim in victims {
         match victim.join().await {
-            Err(SendError::Protocol(violation)) if expected(&violation) => {
-                let message = SendError::Protocol(violation).to_string();
+            Err(
+                error @ SendError::Protocol {
+                    violation,
+                    retried: false,
+                    ..
+                },
+            ) if expected(&violation) => {
+                let message = error.to_string();
                 assert!(message.starts_with("protocol error: "), "{message}");
+                sent.extend(error.sent());
             }
             other => panic!("{behaviour:?}: unexpected outcome {other:?}"),
         }
     }
+    // The server answered (badly) one it had in full; the others were written before the
+    // connection closed, or were still queued behind it.
+    assert!(sent.contains(&Sent::Fully), "{behaviour:?}: {sent:?}");
+    assert!(
+        sent.iter()
+            .all(|s| matches!(s, Sent::Fully | Sent::Nothing)),
+        "{behaviour:?}: {sent:?}"
+    );
     bystander.join().await;
 
     assert_eq!(

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant as WallClock};
 
 use keepwire_driver::{ClientBuilder, Runtime, SendError, Target};
-use keepwire_proto::{CloseReason, Event, Failure, Keepalive, NodeState, Reason};
+use keepwire_proto::{CloseReason, Event, Failure, Keepalive, NodeState, Reason, Sent};
 use keepwire_tests::peers::{Behaviour, Peer};
 use keepwire_tests::{
     Netns, spawn, test_config, test_in_netns_on_every_runtime, until_read, wait_for,
@@ -47,9 +47,12 @@ async fn user_timeout_fails_a_connection_with_unacknowledged_writes(
     let second = send("never acknowledged");
     let outcome = second.join().await;
     let detected = dark.elapsed();
-    let lost = Err(SendError::ConnectionLost(CloseReason::Io(
-        Failure::TimedOut,
-    )));
+    // The kernel had accepted both frames (it still held the second, unacknowledged).
+    let lost = Err(SendError::ConnectionLost {
+        cause: CloseReason::Io(Failure::TimedOut),
+        sent: Sent::Fully,
+        retried: false,
+    });
     assert_eq!(outcome, lost);
     assert_eq!(first.join().await, lost);
     println!("TCP_USER_TIMEOUT (2 s) detected after {detected:?}");

@@ -10,7 +10,7 @@ use keepwire_driver::{
     ClientBuilder, ClientEvent, HandshakeError, HandshakeIo, NotApplied, Runtime, SendError,
     SocketOption, Target,
 };
-use keepwire_proto::{CloseReason, Keepalive};
+use keepwire_proto::{CloseReason, Keepalive, Sent};
 use keepwire_tests::peers::{Behaviour, Peer};
 use keepwire_tests::{test_config, test_on_every_runtime, within};
 
@@ -167,7 +167,11 @@ async fn a_failing_handshake_ends_requests_typed(runtime: Arc<dyn Runtime>) {
         .await;
     assert_eq!(
         outcome,
-        Err(SendError::ConnectionLost(CloseReason::AuthFailed))
+        Err(SendError::ConnectionLost {
+            cause: CloseReason::AuthFailed,
+            sent: Sent::Nothing,
+            retried: false,
+        })
     );
     let error = within(&*runtime, Duration::from_secs(1), async {
         loop {

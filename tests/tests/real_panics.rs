@@ -11,7 +11,7 @@ use keepwire_driver::{
     ClientBuilder, ClientEvent, Codec, Correlation, Decoded, Decoder, EncodeError, Events,
     HandshakeError, HandshakeIo, LengthPrefixed, Runtime, SendError, Target,
 };
-use keepwire_proto::{CloseReason, Violation};
+use keepwire_proto::{CloseReason, Sent, Violation};
 use keepwire_tests::peers::{Behaviour, Peer};
 use keepwire_tests::{test_config, test_on_every_runtime, within};
 
@@ -72,7 +72,15 @@ async fn a_panicking_codec_ends_only_its_connection(runtime: Arc<dyn Runtime>) {
     )
     .await
     .expect("the request ends");
-    assert_eq!(outcome, Err(SendError::Protocol(Violation::Undecodable)));
+    assert_eq!(
+        outcome,
+        Err(SendError::Protocol {
+            violation: Violation::Undecodable,
+            sent: Sent::Fully,
+            retried: false,
+        }),
+        "the server had the whole request when its answer broke the codec"
+    );
     let message = next_matching(&*runtime, &mut events, |e| match e {
         ClientEvent::CodecPanicked { message, .. } => Some(message),
         _ => None,
@@ -117,7 +125,11 @@ async fn a_panicking_handshake_hook_fails_only_that_handshake(runtime: Arc<dyn R
     .expect("the request ends");
     assert_eq!(
         outcome,
-        Err(SendError::ConnectionLost(CloseReason::HandshakeFailed))
+        Err(SendError::ConnectionLost {
+            cause: CloseReason::HandshakeFailed,
+            sent: Sent::Nothing,
+            retried: false,
+        })
     );
     let error = next_matching(&*runtime, &mut events, |e| match e {
         ClientEvent::HandshakeFailed { error, .. } => Some(error),

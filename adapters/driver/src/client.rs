@@ -252,6 +252,10 @@ impl Client {
     /// clock.
     ///
     /// Dropping the returned future cancels the request.
+    ///
+    /// An error says whether the request was refused before it started
+    /// ([`SendError::sent`] is `None`) or how much of it the kernel had accepted when it
+    /// ended; [`SendError::is_retryable`] tells whether sending it again is safe.
     pub async fn send(
         &self,
         target: Target,
@@ -358,9 +362,11 @@ impl Client {
         }
     }
 
-    /// Closes every connection and ends every pending request (with
-    /// [`SendError::Shutdown`]); returns once the driver has stopped. Later calls fail with
-    /// `Shutdown`.
+    /// Closes every connection and ends every pending request with
+    /// [`SendError::ConnectionLost`] whose cause is
+    /// [`CloseReason::Shutdown`](keepwire_proto::CloseReason::Shutdown) and whose `sent`
+    /// says whether the server may have it; returns once the driver has stopped. Later sends
+    /// fail with [`SendError::Shutdown`], other calls with [`CommandError::Shutdown`].
     pub async fn shutdown(&self) {
         let (reply, receiver) = reply();
         if self

@@ -22,7 +22,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use keepwire_proto::{
     Action, CloseReason, Config, ConnId, Counters, Event, HandleError, Instant, NodeId, Outcome,
-    Pool, RequestId, Target,
+    Pool, RequestId, Sent, Target,
 };
 
 use crate::client::{ClientEvent, NodeInfo, SocketInfo};
@@ -214,9 +214,15 @@ impl Driver {
         }
         while let Some(event) = self.pool.poll_event() {
             match event {
-                Event::RequestDone { id, outcome, .. } => {
+                Event::RequestDone {
+                    id,
+                    outcome,
+                    sent,
+                    retried,
+                    ..
+                } => {
                     if let Some(waiting) = self.waiting.remove(&id) {
-                        waiting.reply.send(result_of(outcome));
+                        waiting.reply.send(result_of(outcome, sent, retried));
                         self.forget_id(id, waiting.protocol_id);
                     }
                 }
@@ -652,19 +658,38 @@ fn hook_panicked(message: &str) -> HandshakeError {
     HandshakeError::failed(format!("the handshake hook panicked: {message}"))
 }
 
-fn result_of(outcome: Outcome) -> Result<Bytes, SendError> {
-    match outcome {
-        Outcome::Response(payload) => Ok(payload),
-        Outcome::DeadlineExceeded { phase } => Err(SendError::DeadlineExceeded { phase }),
-        Outcome::ConnectionLost(CloseReason::Protocol(violation)) => {
-            Err(SendError::Protocol(violation))
-        }
-        Outcome::ConnectionLost(CloseReason::Shutdown) => Err(SendError::Shutdown),
-        Outcome::ConnectionLost(reason) => Err(SendError::ConnectionLost(reason)),
-        Outcome::Evicted(reason) => Err(SendError::Evicted(reason)),
-        Outcome::Cancelled => Err(SendError::Cancelled),
-        other => Err(SendError::Other(format!("{other:?}"))),
-    }
+/// The caller's result for a request that ended: the response, or the error that says how it
+/// ended, how much of it reached the kernel and whether it had been retried.
+fn result_of(outcome: Outcome, sent: Sent, retried: bool) -> Result<Bytes, SendError> {
+    Err(match outcome {
+        Outcome::Response(payload) => return Ok(payload),
+        Outcome::DeadlineExceeded { phase } => SendError::DeadlineExceeded {
+            phase,
+            sent,
+            retried,
+        },
+        Outcome::ConnectionLost(CloseReason::Protocol(violation)) => SendError::Protocol {
+            violation,
+            sent,
+            retried,
+        },
+        Outcome::ConnectionLost(cause) => SendError::ConnectionLost {
+            cause,
+            sent,
+            retried,
+        },
+        Outcome::Evicted(reason) => SendError::Evicted {
+            reason,
+            sent,
+            retried,
+        },
+        Outcome::Cancelled => SendError::Cancelled,
+        other => SendError::Other {
+            outcome: other.to_string(),
+            sent,
+            retried,
+        },
+    })
 }
 
 impl std::fmt::Debug for Driver {

@@ -1,15 +1,31 @@
 //! The client's errors, and how socket errors become keepwire [`Failure`]s.
 
+use std::fmt;
 use std::io;
 
 use keepwire_proto::{
-    CloseReason, ConfigError, EvictReason, Failure, HandleError, NodeId, Phase, SubmitError,
+    CloseReason, ConfigError, EvictReason, Failure, HandleError, NodeId, Phase, Sent, SubmitError,
     Unavailable, Violation,
 };
 
 use crate::codec::EncodeError;
 
 /// Why a [`Client::send`](crate::Client::send) did not return a response.
+///
+/// Two kinds of error:
+///
+/// - **Refusals** (`NotWritable`, `MemoryBudget`, `InFlightLimit`, `NodeUnavailable`,
+///   `NoNode`, `StaleNode`, `Encode`, `Shutdown`, `Rejected`): the request never started,
+///   nothing was queued and no byte of it left the client. [`sent`](Self::sent) is `None`.
+/// - **Ends of a submitted request** (`DeadlineExceeded`, `ConnectionLost`, `Protocol`,
+///   `Evicted`, `Other`): each says how much of the request's frame the kernel had accepted
+///   ([`Sent`]: whether the server may have it, so whether sending it again is safe) and
+///   whether keepwire had already retried it once on a fresh connection
+///   ([`Config::retry_unsent`](keepwire_proto::Config::retry_unsent)), as keepwire-proto's
+///   `Event::RequestDone` does. [`sent`](Self::sent) is `Some`.
+///
+/// [`is_retryable`](Self::is_retryable) puts the two together: it is true only where nothing
+/// of the request can have reached the server.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SendError {
@@ -36,38 +52,170 @@ pub enum SendError {
     /// The node handle is stale (the node was removed) or unknown.
     #[error("stale or unknown node handle")]
     StaleNode,
-    /// The deadline passed. `Queued`: no byte was written (and none will be); `InFlight`:
+    /// The deadline passed. `Queued`: no byte was written (and none will be), `sent` is
+    /// [`Sent::Nothing`]; `InFlight`: part or all of the frame was handed to the kernel, and
     /// the server may have the request.
-    #[error("deadline exceeded ({phase})")]
+    ///
+    /// A timeout too short to queue the request at all (its deadline already past at submit)
+    /// reads the same: queued, nothing sent.
+    #[error("deadline exceeded ({})", DeadlineText { phase: *phase, sent: *sent, retried: *retried })]
     DeadlineExceeded {
         /// Where the request was.
         phase: Phase,
+        /// How much of its frame the kernel had accepted.
+        sent: Sent,
+        /// Whether it had been retried once on a fresh connection before.
+        retried: bool,
     },
-    /// The connection closed before the response came.
-    #[error("connection lost: {0}")]
-    ConnectionLost(CloseReason),
+    /// The connection closed before the response came: `cause` says why (a failure, an
+    /// eviction of the connection, the client's shutdown, ...).
+    #[error("connection lost: {cause} ({})", Fate { sent: *sent, retried: *retried })]
+    ConnectionLost {
+        /// Why the connection closed.
+        cause: CloseReason,
+        /// How much of the request's frame the kernel had accepted.
+        sent: Sent,
+        /// Whether it had been retried once on a fresh connection before (and this is how the
+        /// retry ended).
+        retried: bool,
+    },
     /// The peer broke the protocol (on this request's connection), which closed it.
-    #[error("protocol error: {0}")]
-    Protocol(Violation),
-    /// The connection was evicted while the request was on it.
-    #[error("evicted: {0}")]
-    Evicted(EvictReason),
+    #[error("protocol error: {violation} ({})", Fate { sent: *sent, retried: *retried })]
+    Protocol {
+        /// How the peer broke the protocol.
+        violation: Violation,
+        /// How much of the request's frame the kernel had accepted.
+        sent: Sent,
+        /// Whether it had been retried once on a fresh connection before.
+        retried: bool,
+    },
+    /// The connection was evicted while the request was on it (a request not yet written is
+    /// moved once to a fresh connection first; this is the end of one that could not be).
+    #[error("evicted: {reason} ({})", Fate { sent: *sent, retried: *retried })]
+    Evicted {
+        /// Why the connection was evicted.
+        reason: EvictReason,
+        /// How much of the request's frame the kernel had accepted.
+        sent: Sent,
+        /// Whether it had been retried once on a fresh connection before.
+        retried: bool,
+    },
     /// The request was cancelled.
+    ///
+    /// Only dropping the [`Client::send`](crate::Client::send) future cancels a request, so
+    /// no caller reads this today; it carries no [`Sent`] for that reason.
     #[error("cancelled")]
     Cancelled,
     /// The request cannot be framed.
     #[error(transparent)]
     Encode(#[from] EncodeError),
-    /// The client is shut down.
+    /// The client is shut down: the request was not started. (A request already submitted
+    /// when the client shuts down ends with [`ConnectionLost`](Self::ConnectionLost) and
+    /// `cause` [`CloseReason::Shutdown`], which says what reached the server.)
     #[error("the client is shut down")]
     Shutdown,
     /// An outcome this version of the driver does not know, as keepwire-proto printed it.
-    #[error("request ended: {0}")]
-    Other(String),
+    #[error("request ended: {outcome} ({})", Fate { sent: *sent, retried: *retried })]
+    Other {
+        /// The outcome, printed.
+        outcome: String,
+        /// How much of the request's frame the kernel had accepted.
+        sent: Sent,
+        /// Whether it had been retried once on a fresh connection before.
+        retried: bool,
+    },
     /// keepwire-proto refused the request for a reason this version of the driver has no
     /// variant for (a newer [`SubmitError`]): the request never started, nothing was queued.
     #[error("request rejected: {0}")]
     Rejected(SubmitError),
+}
+
+impl SendError {
+    /// How much of the request's frame the kernel had accepted when it ended; `None` for a
+    /// refusal (the request never started) and for [`Cancelled`](Self::Cancelled).
+    pub fn sent(&self) -> Option<Sent> {
+        match self {
+            Self::DeadlineExceeded { sent, .. }
+            | Self::ConnectionLost { sent, .. }
+            | Self::Protocol { sent, .. }
+            | Self::Evicted { sent, .. }
+            | Self::Other { sent, .. } => Some(*sent),
+            _ => None,
+        }
+    }
+
+    /// Whether any byte of the request may have reached the server: it was submitted and the
+    /// kernel accepted part or all of its frame, or may have ([`Sent::may_have_reached_server`]).
+    /// Sending it again may then execute it twice.
+    pub fn was_sent(&self) -> bool {
+        self.sent().is_some_and(Sent::may_have_reached_server)
+    }
+
+    /// Whether sending the same request again is safe: nothing of it can have reached the
+    /// server, because it was refused at submit or ended with [`Sent::Nothing`].
+    ///
+    /// False as well where a resend to this client fails the same way for certain: a payload
+    /// the codec cannot frame ([`Encode`](Self::Encode)), a client that is shut down, a
+    /// cancelled request.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Encode(_) | Self::Shutdown | Self::Cancelled => false,
+            _ => !self.was_sent(),
+        }
+    }
+
+    /// Whether keepwire had already retried the request once, transparently, on a fresh
+    /// connection ([`Config::retry_unsent`](keepwire_proto::Config::retry_unsent)) before it
+    /// ended with this error. Retries are also counted in
+    /// [`Counters::transparent_retries`](keepwire_proto::Counters::transparent_retries),
+    /// which is the only place a retry that then succeeded shows.
+    pub fn retried(&self) -> bool {
+        match self {
+            Self::DeadlineExceeded { retried, .. }
+            | Self::ConnectionLost { retried, .. }
+            | Self::Protocol { retried, .. }
+            | Self::Evicted { retried, .. }
+            | Self::Other { retried, .. } => *retried,
+            _ => false,
+        }
+    }
+}
+
+/// "nothing sent", "fully sent, retried once".
+struct Fate {
+    sent: Sent,
+    retried: bool,
+}
+
+impl fmt::Display for Fate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.sent, f)?;
+        if self.retried {
+            f.write_str(", retried once")?;
+        }
+        Ok(())
+    }
+}
+
+/// "queued, never sent", "in flight, partly sent", "queued, never sent, retried once".
+struct DeadlineText {
+    phase: Phase,
+    sent: Sent,
+    retried: bool,
+}
+
+impl fmt::Display for DeadlineText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.phase {
+            // "queued, never sent" already says what reached the server.
+            Phase::Queued if self.sent == Sent::Nothing => fmt::Display::fmt(&self.phase, f)?,
+            _ => write!(f, "{}, {}", self.phase, self.sent)?,
+        }
+        if self.retried {
+            f.write_str(", retried once")?;
+        }
+        Ok(())
+    }
 }
 
 impl From<SubmitError> for SendError {
@@ -81,6 +229,8 @@ impl From<SubmitError> for SendError {
             SubmitError::NoNode { all_full } => Self::NoNode { all_full },
             SubmitError::DeadlinePassed => Self::DeadlineExceeded {
                 phase: Phase::Queued,
+                sent: Sent::Nothing,
+                retried: false,
             },
             SubmitError::StaleHandle => Self::StaleNode,
             other => Self::Rejected(other),
@@ -182,37 +332,130 @@ mod tests {
 
     #[test]
     fn errors_read_as_sentences() {
-        assert_eq!(
-            SendError::ConnectionLost(CloseReason::WriteTimeout).to_string(),
-            "connection lost: write timeout"
-        );
-        assert_eq!(
-            SendError::ConnectionLost(CloseReason::Io(Failure::TimedOut)).to_string(),
-            "connection lost: timed out (kernel)"
-        );
-        assert_eq!(
-            SendError::Protocol(Violation::FrameTooLong { len: 9, max: 8 }).to_string(),
-            "protocol error: frame of 9 bytes exceeds the maximum of 8"
-        );
-        assert_eq!(
-            SendError::DeadlineExceeded {
-                phase: Phase::Queued
-            }
-            .to_string(),
-            "deadline exceeded (queued, never sent)"
-        );
-        assert_eq!(
-            SendError::Evicted(EvictReason::EpochChanged).to_string(),
-            "evicted: node restarted (epoch changed)"
-        );
+        let cases = [
+            (
+                SendError::ConnectionLost {
+                    cause: CloseReason::WriteTimeout,
+                    sent: Sent::Nothing,
+                    retried: false,
+                },
+                "connection lost: write timeout (nothing sent)",
+            ),
+            (
+                SendError::ConnectionLost {
+                    cause: CloseReason::Io(Failure::TimedOut),
+                    sent: Sent::Partly,
+                    retried: false,
+                },
+                "connection lost: timed out (kernel) (partly sent)",
+            ),
+            (
+                SendError::ConnectionLost {
+                    cause: CloseReason::ConnectFailed(Failure::Refused),
+                    sent: Sent::Nothing,
+                    retried: true,
+                },
+                "connection lost: connect failed: refused (nothing sent, retried once)",
+            ),
+            (
+                SendError::Protocol {
+                    violation: Violation::FrameTooLong { len: 9, max: 8 },
+                    sent: Sent::Fully,
+                    retried: false,
+                },
+                "protocol error: frame of 9 bytes exceeds the maximum of 8 (fully sent)",
+            ),
+            (
+                SendError::DeadlineExceeded {
+                    phase: Phase::Queued,
+                    sent: Sent::Nothing,
+                    retried: false,
+                },
+                "deadline exceeded (queued, never sent)",
+            ),
+            (
+                SendError::DeadlineExceeded {
+                    phase: Phase::InFlight,
+                    sent: Sent::Fully,
+                    retried: true,
+                },
+                "deadline exceeded (in flight, fully sent, retried once)",
+            ),
+            (
+                SendError::Evicted {
+                    reason: EvictReason::EpochChanged,
+                    sent: Sent::Unknown,
+                    retried: false,
+                },
+                "evicted: node restarted (epoch changed) (may have been sent)",
+            ),
+            (
+                SendError::Rejected(SubmitError::DeadlinePassed),
+                "request rejected: the deadline is already past",
+            ),
+        ];
+        for (error, text) in cases {
+            assert_eq!(error.to_string(), text);
+        }
         assert_eq!(
             SendError::from(SubmitError::NotWritable),
             SendError::NotWritable
         );
-        assert_eq!(
-            SendError::Rejected(SubmitError::DeadlinePassed).to_string(),
-            "request rejected: the deadline is already past"
-        );
+    }
+
+    /// `sent()` is `None` exactly for refusals; `was_sent()` and `is_retryable()` follow it.
+    #[test]
+    fn what_reached_the_server_decides_whether_a_resend_is_safe() {
+        let lost = |sent| SendError::ConnectionLost {
+            cause: CloseReason::Io(Failure::Reset),
+            sent,
+            retried: false,
+        };
+        for (sent, reached) in [
+            (Sent::Nothing, false),
+            (Sent::Unknown, true),
+            (Sent::Partly, true),
+            (Sent::Fully, true),
+        ] {
+            let error = lost(sent);
+            assert_eq!(error.sent(), Some(sent));
+            assert_eq!(error.was_sent(), reached, "{error}");
+            assert_eq!(error.is_retryable(), !reached, "{error}");
+            assert!(!error.retried());
+        }
+        let refusals = [
+            SendError::NotWritable,
+            SendError::MemoryBudget,
+            SendError::InFlightLimit,
+            SendError::NodeUnavailable(Unavailable::Quarantined),
+            SendError::NoNode { all_full: false },
+            SendError::StaleNode,
+            SendError::Rejected(SubmitError::MemoryBudget),
+        ];
+        for error in refusals {
+            assert_eq!(error.sent(), None, "{error}");
+            assert!(!error.was_sent() && error.is_retryable(), "{error}");
+        }
+        for error in [
+            SendError::Encode(EncodeError::Panicked),
+            SendError::Shutdown,
+            SendError::Cancelled,
+        ] {
+            assert_eq!(error.sent(), None, "{error}");
+            assert!(
+                !error.is_retryable(),
+                "{error}: a resend fails the same way"
+            );
+        }
+        let retried = SendError::Evicted {
+            reason: EvictReason::Requested,
+            sent: Sent::Nothing,
+            retried: true,
+        };
+        assert!(retried.retried() && retried.is_retryable());
+        let queued = SendError::from(SubmitError::DeadlinePassed);
+        assert_eq!(queued.sent(), Some(Sent::Nothing));
+        assert!(queued.is_retryable());
     }
 
     /// Every refusal keepwire-proto has today maps to its own variant; only one this version
@@ -239,6 +482,8 @@ mod tests {
                 SubmitError::DeadlinePassed,
                 SendError::DeadlineExceeded {
                     phase: Phase::Queued,
+                    sent: Sent::Nothing,
+                    retried: false,
                 },
             ),
             (SubmitError::StaleHandle, SendError::StaleNode),

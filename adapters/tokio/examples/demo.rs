@@ -136,6 +136,7 @@ struct NodeStats {
     failed_fast: u64,
     deadline: u64,
     lost: u64,
+    lost_unsent: u64,
     detect: Option<Duration>,
     peak_pending: u64,
     announce_rejection: bool,
@@ -173,7 +174,12 @@ fn record(
                 );
             }
         }
-        Err(_) => s.lost += 1,
+        Err(e) => {
+            s.lost += 1;
+            // The error says whether the server may have the request: only those that never
+            // left are safe to send again.
+            s.lost_unsent += u64::from(e.is_retryable());
+        }
     }
 }
 
@@ -188,6 +194,20 @@ async fn print_timeline(
             continue;
         };
         let t = start.elapsed();
+        if let Event::PanicMode {
+            entered,
+            healthy,
+            admitted,
+            ..
+        } = &event
+        {
+            let what = if *entered { "enters" } else { "leaves" };
+            println!(
+                "  t={:6.3}s  (pool)     {what} panic mode: {healthy} of {admitted} nodes healthy",
+                t.as_secs_f64()
+            );
+            continue;
+        }
         let (node, line) = match &event {
             Event::StateChanged {
                 node,
@@ -270,19 +290,20 @@ async fn sample_pending(
 
 fn print_table(stats: &[NodeStats]) {
     println!(
-        "\n  node        requests ok   failed fast   deadline exceeded   connection lost   time to detect   peak pending"
+        "\n  node        requests ok   failed fast   deadline exceeded   connection lost (unsent)   time to detect   peak pending"
     );
     for (i, s) in stats.iter().enumerate() {
         let detect = s
             .detect
             .map_or_else(|| "-".to_owned(), |d| format!("{} ms", d.as_millis()));
+        let lost = format!("{} ({})", s.lost, s.lost_unsent);
         println!(
-            "  {:<10}  {:>11}   {:>11}   {:>17}   {:>15}   {:>14}   {:>8} KiB",
+            "  {:<10}  {:>11}   {:>11}   {:>17}   {:>24}   {:>14}   {:>8} KiB",
             NAMES[i],
             s.ok,
             s.failed_fast,
             s.deadline,
-            s.lost,
+            lost,
             detect,
             s.peak_pending / 1024
         );

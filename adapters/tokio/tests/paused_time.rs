@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use keepwire_proto::CloseReason;
+use keepwire_proto::{CloseReason, Sent};
 use keepwire_tokio::{Client, ClientBuilder, Config, SendError, Target, TokioRuntime};
 use socket2::{Domain, Socket, Type};
 
@@ -37,7 +37,11 @@ async fn setup_timeout_passes_in_virtual_time(client: Client) {
         .await;
     assert_eq!(
         outcome,
-        Err(SendError::ConnectionLost(CloseReason::SetupTimeout))
+        Err(SendError::ConnectionLost {
+            cause: CloseReason::SetupTimeout,
+            sent: Sent::Nothing,
+            retried: false,
+        })
     );
     let virtual_elapsed = virtual_start.elapsed();
     assert!(

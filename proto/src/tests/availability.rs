@@ -192,15 +192,7 @@ fn with_ten_nodes_six_failing_at_once_the_pool_panics_and_tries_them_all() {
             .submit(h.now, Target::Node(n), h.now + secs(5), frame);
         assert!(r.is_ok(), "{n:?}: {r:?}");
     }
-    std::println!(
-        "now {:?} timeout {:?} inflight {:?}",
-        h.now,
-        h.pool.poll_timeout(),
-        h.pool.in_flight(nodes[0])
-    );
-    let n = h.events.len();
     h.advance(secs(1));
-    std::println!("{:#?}", &h.events[n..]);
     let opens = h
         .take_actions()
         .into_iter()

@@ -7,6 +7,7 @@ mod lazy;
 mod lifecycle;
 mod pool;
 mod props;
+mod select_index;
 mod transmit;
 
 use alloc::vec::Vec;

@@ -1,0 +1,161 @@
+//! One request's whole lifecycle in proto — submit, hand-out, write report, response, its
+//! `RequestDone` event — against a minimal floor doing the same five steps with none of
+//! keepwire's rules (a slab, a FIFO of frames and an event queue), side by side, with 0, 1,000
+//! and 100,000 other requests pending. A counting allocator reports allocations per request.
+//!
+//! `cargo bench -p keepwire-proto --bench lifecycle -- --warm-up-time 1 --measurement-time 3`
+#![allow(missing_docs)]
+#![allow(unsafe_code)] // the counting allocator below, and nothing else
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::VecDeque;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use keepwire_proto::{Config, ConnId, Event, Instant, NodeId, Pool, Target};
+
+/// Counts every allocation, so the benchmark can state allocations per request.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: delegates to the system allocator unchanged; only counts calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on as is.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const FRAME: &[u8] = b"a 32-byte request frame, say...!";
+
+/// A pool with one ready node and `pending` requests written and awaiting responses (so
+/// they sit in the deadline heap and the request table, as in a busy client).
+fn busy_pool(pending: usize) -> (Pool, NodeId, ConnId, Instant) {
+    let mut config = Config::default();
+    config.max_in_flight = u32::MAX;
+    config.high_watermark = u64::MAX / 4;
+    config.low_watermark = 0;
+    config.seed = Some(1);
+    let now = Instant::from_secs(1);
+    let mut pool = Pool::new(config, now).unwrap();
+    let node = pool.add_node(now, "127.0.0.1:9000".parse().unwrap());
+    pool.connect(now, node).unwrap();
+    let conn = pool.current_conn(node).unwrap();
+    pool.handle_connected(now, conn).unwrap();
+    let mut bufs = Vec::new();
+    for i in 0..pending {
+        let deadline = now + Duration::from_secs(3_600 + (i as u64 * 7_919) % 3_600);
+        let frame = Bytes::from_static(FRAME);
+        pool.submit(now, Target::Node(node), deadline, frame)
+            .unwrap();
+        let conn = pool.poll_transmit(usize::MAX, &mut bufs).unwrap();
+        pool.handle_written(now, conn, FRAME.len()).unwrap();
+    }
+    while pool.poll_action().is_some() {}
+    while pool.poll_event().is_some() {}
+    (pool, node, conn, now)
+}
+
+/// The five steps through keepwire.
+fn keepwire_once(pool: &mut Pool, node: NodeId, now: Instant, bufs: &mut Vec<Bytes>) {
+    let deadline = now + Duration::from_secs(5);
+    let id = pool
+        .submit(now, Target::Node(node), deadline, Bytes::from_static(FRAME))
+        .unwrap();
+    let conn = pool.poll_transmit(64 * 1024, bufs).unwrap();
+    pool.handle_written(now, conn, FRAME.len()).unwrap();
+    pool.handle_response(now, conn, id, Bytes::from_static(b"ok"))
+        .unwrap();
+    while let Some(event) = pool.poll_event() {
+        black_box(matches!(event, Event::RequestDone { .. }));
+    }
+}
+
+/// The floor: the same five steps with a slab, a frame FIFO and an event queue, and none of
+/// keepwire's rules (no deadlines, watermarks, timers, states or checks).
+#[derive(Default)]
+struct Floor {
+    slots: Vec<Option<(u64, Bytes)>>,
+    free: Vec<usize>,
+    queue: VecDeque<usize>,
+    events: VecDeque<(usize, Bytes)>,
+}
+
+impl Floor {
+    fn with_pending(pending: usize) -> Self {
+        let mut floor = Self::default();
+        for i in 0..pending {
+            floor
+                .slots
+                .push(Some((i as u64, Bytes::from_static(FRAME))));
+        }
+        floor
+    }
+
+    fn once(&mut self, deadline: u64) {
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot] = Some((deadline, Bytes::from_static(FRAME)));
+                slot
+            }
+            None => {
+                self.slots.push(Some((deadline, Bytes::from_static(FRAME))));
+                self.slots.len() - 1
+            }
+        };
+        self.queue.push_back(slot);
+        let sending = self.queue.pop_front().unwrap();
+        black_box(self.slots[sending].as_ref().map(|(_, b)| b.len()));
+        let (_, frame) = self.slots[slot].take().unwrap();
+        drop(frame);
+        self.free.push(slot);
+        self.events.push_back((slot, Bytes::from_static(b"ok")));
+        while let Some(event) = self.events.pop_front() {
+            black_box(event);
+        }
+    }
+}
+
+fn lifecycle(c: &mut Criterion) {
+    let mut group = c.benchmark_group("request_lifecycle");
+    for pending in [0usize, 1_000, 100_000] {
+        let (mut pool, node, _, now) = busy_pool(pending);
+        let mut bufs = Vec::with_capacity(16);
+        keepwire_once(&mut pool, node, now, &mut bufs); // warm the free lists
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        for _ in 0..10_000 {
+            keepwire_once(&mut pool, node, now, &mut bufs);
+        }
+        let per_request = (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / 10_000.0;
+        println!("keepwire, {pending} pending: {per_request:.2} allocations per request");
+        group.bench_function(BenchmarkId::new("keepwire", pending), |b| {
+            b.iter(|| keepwire_once(&mut pool, node, now, &mut bufs));
+        });
+        let mut floor = Floor::with_pending(pending);
+        floor.once(0);
+        group.bench_function(BenchmarkId::new("floor", pending), |b| {
+            b.iter(|| floor.once(black_box(5)));
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, lifecycle);
+criterion_main!(benches);

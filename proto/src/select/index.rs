@@ -1,0 +1,352 @@
+//! The selection index: node selection's answer in O(log n), the same one a linear scan of
+//! the rule gives (a property test holds it to the scan in `select.rs`).
+//!
+//! Every node has one [`Placement`], recomputed after each input that touches it. The index
+//! keeps, per placement class and for healthy and quarantined nodes apart, a segment tree over
+//! node slots holding each node's rank (in-flight load for ready nodes, failed attempts and last
+//! attempt for disconnected ones past their backoff). The rule's tie-break, "the first from a
+//! random offset", is a descent for the first slot at or after the offset holding the minimum.
+//! What depends on time waits in ordered sets and is moved into the trees when `pick` sees the
+//! time pass: a node in its reconnect backoff, and a throttled node.
+
+use alloc::collections::BTreeSet;
+use alloc::vec::Vec;
+
+use crate::time::Instant;
+
+/// Where a node stands for selection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Placement {
+    pub(crate) class: Class,
+    /// Quarantined: a candidate only in panic mode.
+    pub(crate) quarantined: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Class {
+    /// Never chosen: disabled, closed, or a slot without a node.
+    Out,
+    /// Not chosen until `until`.
+    Throttled { until: Instant, then: Standing },
+    /// Chosen by its standing.
+    In(Standing),
+}
+
+/// A selectable node's standing, by its connection state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// Ready: its requests in flight, and whether its outbound buffer takes more.
+    Ready { load: usize, writable: bool },
+    /// Connecting or handshaking.
+    Connecting,
+    /// Between connections, reconnecting from `reconnect_at`, ranked by the selection rule.
+    Disconnected { reconnect_at: Instant, rank: Rank },
+    /// A state selection never picks from (draining).
+    Other,
+}
+
+/// A disconnected node's rank: lower is better (failed attempts, then last attempt; never
+/// attempted counts as least recent).
+pub(crate) type Rank = (u32, Option<Instant>);
+
+const HEALTHY: usize = 0;
+const QUARANTINED: usize = 1;
+
+/// See the module docs.
+#[derive(Debug, Default)]
+pub(crate) struct SelectIndex {
+    placements: Vec<Placement>,
+    /// The latest time `pick` has seen (backoffs and throttles before it have passed).
+    now: Instant,
+    ready: [SegTree<usize>; 2],
+    /// Ready nodes whose outbound buffer is full (they count for "every ready node is full").
+    unwritable: [usize; 2],
+    connecting: [SegTree<()>; 2],
+    /// Disconnected nodes past their backoff, by rank.
+    reconnectable: [SegTree<Rank>; 2],
+    /// Disconnected nodes still in their backoff, by its end.
+    backoff: BTreeSet<(Instant, u32)>,
+    /// Throttled nodes, by the end of the throttle.
+    throttled: BTreeSet<(Instant, u32)>,
+}
+
+impl Placement {
+    /// A slot without a node, or a node never chosen.
+    pub(crate) const OUT: Self = Self {
+        class: Class::Out,
+        quarantined: false,
+    };
+}
+
+impl SelectIndex {
+    /// Moves `slot` to `placement`.
+    pub(crate) fn place(&mut self, slot: u32, placement: Placement) {
+        let i = slot as usize;
+        if i >= self.placements.len() {
+            self.placements.resize(i + 1, Placement::OUT);
+        }
+        let old = self.placements[i];
+        if old == placement {
+            return;
+        }
+        // The common change, a ready node's load moving by one: one leaf update.
+        if let (
+            Class::In(Standing::Ready { writable: true, .. }),
+            Class::In(Standing::Ready {
+                load,
+                writable: true,
+            }),
+        ) = (old.class, placement.class)
+        {
+            if old.quarantined == placement.quarantined {
+                self.placements[i] = placement;
+                self.ready[usize::from(placement.quarantined)].set(slot, Some(load));
+                return;
+            }
+        }
+        self.remove(slot, old);
+        self.placements[i] = placement;
+        self.insert(slot, placement);
+    }
+
+    /// Lets time pass: backoffs and throttles that ended by `now` make their nodes
+    /// candidates.
+    pub(crate) fn advance(&mut self, now: Instant) {
+        if now <= self.now {
+            return;
+        }
+        self.now = now;
+        while let Some(&(until, slot)) = self.throttled.first().filter(|(t, _)| *t <= now) {
+            self.throttled.remove(&(until, slot));
+            let p = self.placements[slot as usize];
+            if let Class::Throttled { then, .. } = p.class {
+                self.insert_standing(slot, p.quarantined, then);
+            }
+        }
+        while let Some(&(at, slot)) = self.backoff.first().filter(|(t, _)| *t <= now) {
+            self.backoff.remove(&(at, slot));
+            let p = self.placements[slot as usize];
+            if let Class::In(Standing::Disconnected { rank, .. }) = p.class {
+                self.reconnectable[usize::from(p.quarantined)].set(slot, Some(rank));
+            }
+        }
+    }
+
+    /// The ready node with the fewest in flight (under `cap`), the first from `offset`; or
+    /// whether there is none only because every ready node is full.
+    pub(crate) fn ready(&self, offset: u32, cap: usize, panic: bool) -> Result<u32, bool> {
+        let classes = self.classes(panic);
+        let best = first_min(classes.iter().map(|&c| &self.ready[c]), offset);
+        match best {
+            Some((load, slot)) if load < cap => Ok(slot),
+            found => {
+                let unwritable: usize = classes.iter().map(|&c| self.unwritable[c]).sum();
+                Err(found.is_some() && unwritable == 0)
+            }
+        }
+    }
+
+    /// The first connecting node from `offset`.
+    pub(crate) fn connecting(&self, offset: u32, panic: bool) -> Option<u32> {
+        let classes = self.classes(panic);
+        first_min(classes.iter().map(|&c| &self.connecting[c]), offset).map(|(_, slot)| slot)
+    }
+
+    /// The best-ranked disconnected node past its backoff, the first from `offset`.
+    pub(crate) fn reconnectable(&self, offset: u32, panic: bool) -> Option<u32> {
+        let classes = self.classes(panic);
+        first_min(classes.iter().map(|&c| &self.reconnectable[c]), offset).map(|(_, s)| s)
+    }
+
+    fn classes(&self, panic: bool) -> &'static [usize] {
+        if panic {
+            &[HEALTHY, QUARANTINED]
+        } else {
+            &[HEALTHY]
+        }
+    }
+
+    fn insert(&mut self, slot: u32, p: Placement) {
+        match p.class {
+            Class::Out => {}
+            Class::Throttled { until, then } => {
+                if until <= self.now {
+                    self.insert_standing(slot, p.quarantined, then);
+                } else {
+                    self.throttled.insert((until, slot));
+                }
+            }
+            Class::In(standing) => self.insert_standing(slot, p.quarantined, standing),
+        }
+    }
+
+    fn insert_standing(&mut self, slot: u32, quarantined: bool, standing: Standing) {
+        let q = usize::from(quarantined);
+        match standing {
+            Standing::Ready { load, writable } => {
+                if writable {
+                    self.ready[q].set(slot, Some(load));
+                } else {
+                    self.unwritable[q] += 1;
+                }
+            }
+            Standing::Connecting => self.connecting[q].set(slot, Some(())),
+            Standing::Disconnected { reconnect_at, rank } => {
+                if reconnect_at <= self.now {
+                    self.reconnectable[q].set(slot, Some(rank));
+                } else {
+                    self.backoff.insert((reconnect_at, slot));
+                }
+            }
+            Standing::Other => {}
+        }
+    }
+
+    fn remove(&mut self, slot: u32, p: Placement) {
+        let q = usize::from(p.quarantined);
+        let standing = match p.class {
+            Class::Out => return,
+            Class::Throttled { until, then } => {
+                if self.throttled.remove(&(until, slot)) {
+                    return; // still throttled: in no tree
+                }
+                then
+            }
+            Class::In(standing) => standing,
+        };
+        match standing {
+            Standing::Ready { writable, .. } => {
+                if writable {
+                    self.ready[q].set(slot, None);
+                } else {
+                    self.unwritable[q] -= 1;
+                }
+            }
+            Standing::Connecting => self.connecting[q].set(slot, None),
+            Standing::Disconnected { reconnect_at, .. } => {
+                self.backoff.remove(&(reconnect_at, slot));
+                self.reconnectable[q].set(slot, None);
+            }
+            Standing::Other => {}
+        }
+    }
+}
+
+/// Among several trees, the minimum value and the first slot holding it from `offset` on,
+/// wrapping around.
+fn first_min<'a, K: Ord + Copy + 'a>(
+    trees: impl Iterator<Item = &'a SegTree<K>> + Clone,
+    offset: u32,
+) -> Option<(K, u32)> {
+    let min = trees.clone().filter_map(SegTree::min).min()?;
+    let from_offset = trees
+        .clone()
+        .filter_map(|t| t.first_with(min, offset as usize))
+        .min();
+    let slot = from_offset.or_else(|| trees.filter_map(|t| t.first_with(min, 0)).min())?;
+    Some((min, slot as u32))
+}
+
+/// A segment tree over node slots: each leaf holds a value or nothing; every inner node the
+/// minimum below it. Setting a leaf is O(log n); so is finding the first leaf at or after an
+/// index that holds a given value.
+#[derive(Debug)]
+pub(crate) struct SegTree<K> {
+    /// `tree[1]` is the root; leaves start at `width`.
+    tree: Vec<Option<K>>,
+    width: usize,
+}
+
+impl<K> Default for SegTree<K> {
+    fn default() -> Self {
+        Self {
+            tree: Vec::new(),
+            width: 0,
+        }
+    }
+}
+
+impl<K: Ord + Copy> SegTree<K> {
+    fn set(&mut self, slot: u32, value: Option<K>) {
+        let i = slot as usize;
+        if i >= self.width {
+            self.grow(i + 1);
+        }
+        let mut at = self.width + i;
+        self.tree[at] = value;
+        while at > 1 {
+            at /= 2;
+            let merged = min_of(self.tree[2 * at], self.tree[2 * at + 1]);
+            if self.tree[at] == merged {
+                break;
+            }
+            self.tree[at] = merged;
+        }
+    }
+
+    fn grow(&mut self, leaves: usize) {
+        let width = leaves.next_power_of_two().max(4);
+        let mut tree = alloc::vec![None; 2 * width];
+        tree[width..width + self.width].copy_from_slice(&self.tree[self.width..]);
+        for at in (1..width).rev() {
+            tree[at] = min_of(tree[2 * at], tree[2 * at + 1]);
+        }
+        self.tree = tree;
+        self.width = width;
+    }
+
+    fn min(&self) -> Option<K> {
+        self.tree.get(1).copied().flatten()
+    }
+
+    /// The first leaf at or after `from` holding `value` (the tree's minimum).
+    fn first_with(&self, value: K, from: usize) -> Option<usize> {
+        if from >= self.width {
+            return None;
+        }
+        self.descend(1, 0, self.width, value, from)
+    }
+
+    fn descend(&self, at: usize, lo: usize, hi: usize, value: K, from: usize) -> Option<usize> {
+        if hi <= from || self.tree[at].is_none_or(|v| v > value) {
+            return None;
+        }
+        if hi - lo == 1 {
+            return (self.tree[at] == Some(value)).then_some(lo);
+        }
+        let mid = (lo + hi) / 2;
+        self.descend(2 * at, lo, mid, value, from)
+            .or_else(|| self.descend(2 * at + 1, mid, hi, value, from))
+    }
+}
+
+fn min_of<K: Ord + Copy>(a: Option<K>, b: Option<K>) -> Option<K> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tree_finds_the_first_minimum_from_an_offset_wrapping_around() {
+        let mut t = SegTree::default();
+        for (slot, load) in [(0, 3), (2, 1), (5, 1), (7, 2)] {
+            t.set(slot, Some(load));
+        }
+        assert_eq!(t.min(), Some(1));
+        assert_eq!(t.first_with(1, 0), Some(2));
+        assert_eq!(t.first_with(1, 3), Some(5));
+        assert_eq!(t.first_with(1, 6), None, "the caller wraps around");
+        t.set(2, None);
+        t.set(5, Some(4));
+        assert_eq!(t.min(), Some(2));
+        assert_eq!(t.first_with(2, 0), Some(7));
+        t.set(40, Some(0)); // grows
+        assert_eq!((t.min(), t.first_with(0, 8)), (Some(0), Some(40)));
+    }
+}

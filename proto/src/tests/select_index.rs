@@ -1,0 +1,107 @@
+//! The selection index against the plain linear scan of the rule, over random node tables:
+//! every pick, from every offset, must be the same.
+
+use alloc::vec::Vec;
+
+use bytes::Bytes;
+
+use super::{Harness, exact, ms, secs};
+use crate::rng::Rng;
+use crate::{Action, Failure, NodeId, SelectionRule, Target};
+
+fn random_tables(rule: SelectionRule, seed: u64) -> usize {
+    let mut rng = Rng::new(seed);
+    let mut config = exact();
+    config.selection = rule;
+    config.max_in_flight = 3;
+    config.high_watermark = 300;
+    config.low_watermark = 100;
+    config.quarantine_after_failures = 2;
+    config.quarantine_after_timeouts = 2;
+    config.panic_threshold = [0.0, 0.5][rng.below(2)];
+    let mut h = Harness::new(config);
+    let nodes: Vec<NodeId> = (0..1 + rng.below(40)).map(|_| h.add()).collect();
+    let mut compared = 0;
+    for _ in 0..300 {
+        let n = nodes[rng.below(nodes.len())];
+        let now = h.now;
+        match rng.below(12) {
+            0 => drop(h.pool.connect(now, n)),
+            1 | 2 => {
+                if let Some(conn) = h.pool.current_conn(n) {
+                    let _ = h.pool.handle_connected(now, conn);
+                }
+            }
+            3 => {
+                if let Some(conn) = h.pool.current_conn(n) {
+                    let _ = h.pool.handle_connect_failed(now, conn, Failure::Refused);
+                }
+            }
+            4 | 5 => {
+                let frame = Bytes::from(alloc::vec![0; 10 + rng.below(200)]);
+                let _ = h.pool.submit(now, Target::Node(n), now + ms(500), frame);
+            }
+            6 => {
+                let frame = Bytes::from_static(b"best");
+                let _ = h.pool.submit(now, Target::Best, now + ms(500), frame);
+            }
+            7 => {
+                if let Some(conn) = h.pool.current_conn(n) {
+                    h.flush(conn);
+                }
+            }
+            8 => drop(h.pool.throttle(now, n, now + ms(rng.below(300) as u64))),
+            9 => drop(if rng.below(2) == 0 {
+                h.pool.disable_node(now, n)
+            } else {
+                h.pool.enable_node(now, n)
+            }),
+            10 => {
+                if let Some(conn) = h.pool.current_conn(n) {
+                    let _ = h.pool.handle_closed(now, conn, Failure::Reset);
+                }
+            }
+            _ => h.advance(ms(rng.below(400) as u64)),
+        }
+        h.collect();
+        h.actions.retain(|a| !matches!(a, Action::Close { .. }));
+        let now = h.pool.latest();
+        for offset in 0..nodes.len() {
+            let (indexed, scanned) = (h.pool.pick_from(now, offset), h.pool.scan_from(now, offset));
+            assert_eq!(indexed, scanned, "seed {seed}, offset {offset}");
+            compared += 1;
+        }
+    }
+    compared
+}
+
+#[test]
+fn the_index_picks_what_the_linear_scan_picks_over_random_node_tables() {
+    let mut compared = 0;
+    for seed in 0..60 {
+        compared += random_tables(SelectionRule::FewestFailedAttempts, seed);
+        compared += random_tables(SelectionRule::LeastRecentlyAttempted, seed + 1_000);
+    }
+    assert!(compared > 100_000, "{compared} picks compared");
+}
+
+#[test]
+fn a_throttle_and_a_backoff_end_on_time_in_the_index() {
+    let mut h = Harness::new(exact());
+    let (a, b) = (h.add(), h.add());
+    h.pool.throttle(h.now, a, h.now + secs(1)).unwrap();
+    h.refuse(b); // b backs off 50 ms
+    let now = h.now;
+    assert_eq!(
+        h.pool.pick_from(now, 0),
+        crate::Selection::None { all_full: false }
+    );
+    let later = now + ms(50);
+    assert_eq!(h.pool.pick_from(later, 0), crate::Selection::Connect(b));
+    let after = now + secs(1);
+    assert_eq!(
+        h.pool.pick_from(after, 0),
+        crate::Selection::Connect(a),
+        "a: never attempted"
+    );
+}
