@@ -348,6 +348,16 @@ impl Session {
                 {
                     self.respond(i, 0);
                 }
+                // Liveness: a ready connection whose socket took everything holds nothing.
+                if let Some(n) = self.node(i) {
+                    if self.pool.node_state(n) == Some(crate::NodeState::Ready) {
+                        assert_eq!(
+                            self.pool.pending_bytes(n),
+                            Some(0),
+                            "{n:?}: frames left behind on a ready connection that took all"
+                        );
+                    }
+                }
             }
             Op::TimeGoesBack { micros } => {
                 let earlier =

@@ -1,9 +1,12 @@
 //! # keepwire-tests
 //!
 //! Support for keepwire's cross-crate tests: loopback [`peers`], the real-kernel half-open
-//! helper ([`netns`]), the three [`runtimes`] behind one trait, and small async helpers that
-//! work on every runtime. The tests live in `tests/real_*.rs` (real sockets, every runtime)
-//! and `tests/sim_*.rs` (simulated clock, keepwire-proto only).
+//! helper ([`netns`]), the three [`runtimes`] behind one trait, small async helpers that work
+//! on every runtime, and [`sim`], a deterministic simulator of kernels, links and servers
+//! around the real `Pool` (with the incident replays and the chaos runs). The tests live in
+//! `tests/real_*.rs` (real sockets, every runtime) and `tests/sim_*.rs` (simulated clock,
+//! keepwire-proto only: [`sim`], and for `sim_availability.rs` the older scripted simulator in
+//! `tests/sim/`); `examples/replay.rs` replays the incidents.
 //!
 //! `unsafe` is allowed in this crate only for the namespace helper's `unshare` and `ioctl`
 //! calls, each with its SAFETY comment.
@@ -15,6 +18,7 @@ pub mod peers;
 pub mod protocols;
 pub mod runtimes;
 pub mod servers;
+pub mod sim;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
