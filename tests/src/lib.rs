@@ -1,9 +1,12 @@
 //! # keepwire-tests
 //!
 //! Support for keepwire's cross-crate tests: loopback [`peers`], the real-kernel half-open
-//! helper ([`netns`]), the three [`runtimes`] behind one trait, and small async helpers that
-//! work on every runtime. The tests live in `tests/real_*.rs` (real sockets, every runtime)
-//! and `tests/sim_*.rs` (simulated clock, keepwire-proto only).
+//! helper ([`netns`]), the three [`runtimes`] behind one trait, small async helpers that work
+//! on every runtime, [`tls`] (test certificates and loopback TLS servers), and [`sim`], a deterministic simulator of kernels, links and servers
+//! around the real `Pool` (with the incident replays and the chaos runs). The tests live in
+//! `tests/real_*.rs` (real sockets, every runtime) and `tests/sim_*.rs` (simulated clock,
+//! keepwire-proto only: [`sim`], and for `sim_availability.rs` the older scripted simulator in
+//! `tests/sim/`); `examples/replay.rs` replays the incidents.
 //!
 //! `unsafe` is allowed in this crate only for the namespace helper's `unshare` and `ioctl`
 //! calls, each with its SAFETY comment.
@@ -12,7 +15,10 @@
 
 pub mod netns;
 pub mod peers;
+pub mod protocols;
 pub mod runtimes;
+pub mod servers;
+pub mod sim;
 pub mod tls;
 
 use std::future::Future;
@@ -42,6 +48,32 @@ pub async fn within<F: Future>(
         None
     })
     .await
+}
+
+/// `future`'s output; panics with `what` if it takes longer than `limit` (every real-server
+/// test body is bounded so).
+pub async fn bounded<F: Future>(
+    runtime: &dyn Runtime,
+    limit: Duration,
+    what: &str,
+    future: F,
+) -> F::Output {
+    match within(runtime, limit, future).await {
+        Some(output) => output,
+        None => panic!("{what}: not done within {limit:?}"),
+    }
+}
+
+/// The runtime's short name for test output: `tokio`, `smol` or `async-std`.
+pub fn runtime_name(runtime: &dyn Runtime) -> &'static str {
+    let debug = format!("{runtime:?}");
+    if debug.contains("Tokio") {
+        "tokio"
+    } else if debug.contains("AsyncStd") || debug.contains("SpawnHere") {
+        "async-std"
+    } else {
+        "smol"
+    }
 }
 
 /// Runs `future` as a task on `runtime`; await the returned handle for its output.

@@ -15,60 +15,6 @@
 //!   protocol id of the protocol's own width ([`Correlation::ById`]), wrapping around and never
 //!   two in flight at once, and hands it to [`Codec::encode`]; the decoder reads it back from
 //!   the response ([`Decoded::Tagged`]). An id that matches nothing closes that connection only.
-//!
-//! # Writing a codec for an in-order protocol
-//!
-//! A line protocol where every request is one line and every response one line:
-//!
-//! ```
-//! use bytes::{Bytes, BytesMut, BufMut};
-//! use keepwire_driver::{Codec, Correlation, Decoded, Decoder, EncodeError};
-//! use keepwire_driver::proto::Violation;
-//!
-//! #[derive(Debug)]
-//! struct Lines;
-//!
-//! impl Codec for Lines {
-//!     fn correlation(&self) -> Correlation {
-//!         Correlation::InOrder
-//!     }
-//!     fn encode(&self, payload: &[u8], _id: Option<u64>, dst: &mut BytesMut) -> Result<(), EncodeError> {
-//!         if payload.contains(&b'\n') {
-//!             return Err(EncodeError::Invalid("a request is one line".into()));
-//!         }
-//!         dst.put_slice(payload);
-//!         dst.put_u8(b'\n');
-//!         Ok(())
-//!     }
-//!     fn decoder(&self) -> Box<dyn Decoder> {
-//!         Box::new(LineDecoder)
-//!     }
-//! }
-//!
-//! #[derive(Debug)]
-//! struct LineDecoder;
-//!
-//! impl Decoder for LineDecoder {
-//!     fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, Violation> {
-//!         let Some(end) = buf.iter().position(|&b| b == b'\n') else {
-//!             return if buf.len() > 4096 { Err(Violation::MalformedHeader) } else { Ok(None) };
-//!         };
-//!         let line = buf.split_to(end + 1).freeze();
-//!         Ok(Some(Decoded::Next(line.slice(..end))))
-//!     }
-//! }
-//! # let mut dst = BytesMut::new();
-//! # Lines.encode(b"get k", None, &mut dst).unwrap();
-//! # assert_eq!(&dst[..], b"get k\n");
-//! # let mut buf = BytesMut::from(&b"VALUE\nEND"[..]);
-//! # let mut d = Lines.decoder();
-//! # assert_eq!(d.decode(&mut buf).unwrap(), Some(Decoded::Next(Bytes::from_static(b"VALUE"))));
-//! # assert_eq!(d.decode(&mut buf).unwrap(), None);
-//! ```
-//!
-//! For a protocol with ids, return [`Correlation::ById`] with the id's width, write the `id`
-//! that [`Codec::encode`] receives where the protocol puts it, and decode responses to
-//! [`Decoded::Tagged`] with the id read back; [`LengthPrefixed`] is a complete example.
 
 use std::fmt;
 
@@ -79,6 +25,60 @@ use keepwire_proto::Violation;
 ///
 /// One codec serves every connection of a client; the state of a connection's byte stream
 /// lives in its [`Decoder`].
+///
+/// # Example: a codec for an in-order protocol
+///
+/// A line protocol where every request is one line and every response one line:
+///
+/// ```
+/// use bytes::{Bytes, BytesMut, BufMut};
+/// use keepwire_driver::{Codec, Correlation, Decoded, Decoder, EncodeError};
+/// use keepwire_driver::proto::Violation;
+///
+/// #[derive(Debug)]
+/// struct Lines;
+///
+/// impl Codec for Lines {
+///     fn correlation(&self) -> Correlation {
+///         Correlation::InOrder
+///     }
+///     fn encode(&self, payload: &[u8], _id: Option<u64>, dst: &mut BytesMut) -> Result<(), EncodeError> {
+///         if payload.contains(&b'\n') {
+///             return Err(EncodeError::Invalid("a request is one line".into()));
+///         }
+///         dst.put_slice(payload);
+///         dst.put_u8(b'\n');
+///         Ok(())
+///     }
+///     fn decoder(&self) -> Box<dyn Decoder> {
+///         Box::new(LineDecoder)
+///     }
+/// }
+///
+/// #[derive(Debug)]
+/// struct LineDecoder;
+///
+/// impl Decoder for LineDecoder {
+///     fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, Violation> {
+///         let Some(end) = buf.iter().position(|&b| b == b'\n') else {
+///             return if buf.len() > 4096 { Err(Violation::MalformedHeader) } else { Ok(None) };
+///         };
+///         let line = buf.split_to(end + 1).freeze();
+///         Ok(Some(Decoded::Next(line.slice(..end))))
+///     }
+/// }
+/// # let mut dst = BytesMut::new();
+/// # Lines.encode(b"get k", None, &mut dst).unwrap();
+/// # assert_eq!(&dst[..], b"get k\n");
+/// # let mut buf = BytesMut::from(&b"VALUE\nEND"[..]);
+/// # let mut d = Lines.decoder();
+/// # assert_eq!(d.decode(&mut buf).unwrap(), Some(Decoded::Next(Bytes::from_static(b"VALUE"))));
+/// # assert_eq!(d.decode(&mut buf).unwrap(), None);
+/// ```
+///
+/// For a protocol with ids, return [`Correlation::ById`] with the id's width, write the `id`
+/// that [`Codec::encode`] receives where the protocol puts it, and decode responses to
+/// [`Decoded::Tagged`] with the id read back; [`LengthPrefixed`] is a complete example.
 pub trait Codec: Send + Sync + fmt::Debug + 'static {
     /// How this protocol's responses find their requests.
     fn correlation(&self) -> Correlation;
