@@ -657,6 +657,17 @@ fn template() -> Result<PathBuf, ServerError> {
 impl PostgresServer {
     /// Starts one on a free port and waits until it takes queries.
     pub fn start() -> Result<Self, ServerError> {
+        Self::start_with(None)
+    }
+
+    /// Starts one with TLS on (`ssl = on`, presenting `cert_pem` with its key `key_pem`, as
+    /// `server.crt` and `server.key` in its data directory); it still takes plaintext
+    /// sessions too.
+    pub fn start_with_tls(cert_pem: &str, key_pem: &str) -> Result<Self, ServerError> {
+        Self::start_with(Some((cert_pem, key_pem)))
+    }
+
+    fn start_with(tls: Option<(&str, &str)>) -> Result<Self, ServerError> {
         let template = template()?;
         let user = server_user()?;
         let dir = new_dir("postgres")?;
@@ -674,10 +685,23 @@ impl PostgresServer {
                 String::from_utf8_lossy(&copied.stderr)
             )));
         }
+        if let Some((cert, key)) = tls {
+            for (name, pem) in [("server.crt", cert), ("server.key", key)] {
+                let file = dir.join("data").join(name);
+                let written = fs::write(&file, pem).and_then(|()| {
+                    fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                });
+                if let Err(e) = written.map_err(|e| ServerError::new(format!("{name}: {e}"))) {
+                    remove_dir(&dir);
+                    return Err(e);
+                }
+                chown(&file, user)?;
+            }
+        }
         let mut last = None;
         for _ in 0..PORT_TRIES {
             let port = free_port()?;
-            match Self::spawn(&dir, port, user) {
+            match Self::spawn(&dir, port, user, tls.is_some()) {
                 Ok(process) => {
                     return Ok(Self {
                         process: Some(process),
@@ -692,7 +716,12 @@ impl PostgresServer {
         Err(last.expect("tried at least once"))
     }
 
-    fn spawn(dir: &Path, port: u16, user: Option<(u32, u32)>) -> Result<Process, ServerError> {
+    fn spawn(
+        dir: &Path,
+        port: u16,
+        user: Option<(u32, u32)>,
+        ssl: bool,
+    ) -> Result<Process, ServerError> {
         let mut command = Command::new(find_program(
             "postgres",
             "PostgreSQL 15 must be on the PATH",
@@ -707,6 +736,7 @@ impl PostgresServer {
             .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
             .args(["-c", "full_page_writes=off", "-c", "shared_buffers=32MB"])
             .args(["-c", "max_connections=200"])
+            .args(["-c", if ssl { "ssl=on" } else { "ssl=off" }])
             .current_dir(dir);
         let mut process = Process::spawn(&mut command, Kind::Postgres, &dir.join("log"))?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));

@@ -1,195 +1,64 @@
 //! PostgreSQL 15 with `ssl = on` and a certificate made by the test (rcgen), on every runtime,
-//! each through its own runtime crate's `tls` feature: the handshake hook sends PostgreSQL's
-//! SSLRequest, reads the server's `S`, upgrades the stream to TLS with the runtime crate's
-//! `tls::connect`, then runs the startup exchange over TLS. Simple queries then run over the
-//! TLS session: the server itself says the session is encrypted (`pg_stat_ssl`), rows come
-//! back, an error answers its own query and leaves the connection usable, and pipelined
-//! queries are answered in order.
-//!
-//! Self-contained (a minimal simple-query codec and server launcher of its own), so that it
-//! does not depend on the PostgreSQL client under `tests/src/protocols/`.
-//!
-//! Needs root (PostgreSQL refuses to run as root: the test creates a system user
-//! `keepwire` for the server, as `useradd -M -s /bin/false`), and `initdb` and `postgres`
-//! on the PATH; without them it fails with the reason.
+//! each through its own runtime crate's `tls` feature (`keepwire_tokio::tls`,
+//! `keepwire_smol::tls`, `keepwire_async_std::tls`): the handshake hook sends PostgreSQL's
+//! SSLRequest, reads the server's `S`, upgrades the stream to TLS with the crate's
+//! `tls::connect` (verifying the server's certificate against the test CA), then runs the
+//! PostgreSQL client's startup ([`Startup::run`]) over TLS. The queries are the plaintext
+//! client's (`real_postgres.rs`: trust and clear-text password logins, several statements with
+//! NULLs and tags, an error that leaves the stream aligned, 64 tasks pipelining on one
+//! connection), and the server itself says the session is encrypted (`pg_stat_ssl`).
 
-use std::fs;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant as WallClock};
+use std::time::{Duration, Instant};
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use keepwire_driver::proto::Violation;
+use bytes::Bytes;
 use keepwire_driver::tls::TlsConfig;
-use keepwire_driver::{
-    ClientBuilder, Codec, Correlation, Decoded, Decoder, EncodeError, HandshakeError, HandshakeIo,
-    Runtime, Target,
-};
+use keepwire_driver::{Client, ClientBuilder, HandshakeError, HandshakeIo, Runtime, Target};
+use keepwire_proto::Config;
+use keepwire_tests::protocols::postgres::{Postgres, Response, Startup};
+use keepwire_tests::servers::{PostgresServer, Shared};
 use keepwire_tests::tls::{Pki, TlsOn};
-use keepwire_tests::{spawn, test_config, test_tls_on_every_runtime};
+use keepwire_tests::{bounded, runtime_name, spawn, test_config, test_tls_on_every_runtime};
 
 /// PostgreSQL's SSLRequest: length 8, code 80877103.
 const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
-/// The system user the server runs as (the one the PostgreSQL client's tests use too).
-const SERVER_USER: &str = "keepwire";
+/// Whether the server sees this session encrypted, and with which TLS version.
+const SSL_OF_THIS_SESSION: &str =
+    "SELECT ssl::text || ' ' || version FROM pg_stat_ssl WHERE pid = pg_backend_pid()";
+/// The role that logs in with a clear-text password (over TLS here).
+const APP: (&str, &str) = ("app", "app-secret");
 
-/// A PostgreSQL server with TLS on, in a fresh data directory, stopped and removed on drop.
-struct Postgres {
-    addr: SocketAddr,
-    dir: PathBuf,
-    server: Child,
+/// The TLS server, and the client configuration that trusts its certificate.
+static SERVER: Shared<(PostgresServer, TlsConfig)> = Shared::new();
+
+/// The shared server (started by the first test that needs it, stopped after the last).
+fn server() -> Arc<(PostgresServer, TlsConfig)> {
+    SERVER
+        .get(|| {
+            let pki = Pki::new();
+            let server =
+                PostgresServer::start_with_tls(pki.server_cert_pem(), pki.server_key_pem())?;
+            server.create_role(APP.0, APP.1)?;
+            Ok((server, pki.client_config()))
+        })
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
-impl Postgres {
-    fn start(pki: &Pki) -> Result<Self, String> {
-        ensure_user()?;
-        static SERVERS: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "keepwire-pg-tls-{}-{}-{}",
-            std::process::id(),
-            SERVERS.fetch_add(1, Ordering::Relaxed),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos())
-        ));
-        let data = dir.join("data");
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        run("chown", &[&format!("{SERVER_USER}:"), path(&dir)?])?;
-        run(
-            "runuser",
-            &[
-                "-u",
-                SERVER_USER,
-                "--",
-                "initdb",
-                "-D",
-                path(&data)?,
-                "-A",
-                "trust",
-                "-U",
-                "postgres",
-            ],
-        )?;
-        for (name, pem) in [
-            ("server.crt", pki.server_cert_pem()),
-            ("server.key", pki.server_key_pem()),
-        ] {
-            let file = data.join(name);
-            fs::write(&file, pem).map_err(|e| format!("{}: {e}", file.display()))?;
-            fs::set_permissions(&file, fs::Permissions::from_mode(0o600))
-                .map_err(|e| format!("{}: {e}", file.display()))?;
-            run("chown", &[&format!("{SERVER_USER}:"), path(&file)?])?;
-        }
-        let port = fresh_port()?;
-        let server = Command::new("runuser")
-            .args(["-u", SERVER_USER, "--", "postgres", "-D", path(&data)?])
-            .args(["-p", &port.to_string(), "-k", path(&dir)?])
-            .args(["-c", "listen_addresses=127.0.0.1", "-c", "ssl=on"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("postgres: {e}"))?;
-        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        let server = Self { addr, dir, server };
-        let started = WallClock::now();
-        while TcpStream::connect(addr).is_err() {
-            if started.elapsed() > Duration::from_secs(20) {
-                return Err("postgres did not listen within 20 s".into());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(server)
-    }
+/// The test configuration with room for a fork per session and a TLS handshake on a loaded
+/// machine.
+fn config() -> Config {
+    let mut config = test_config();
+    config.setup_timeout = Duration::from_secs(2);
+    config.setup_timeout_max = Duration::from_secs(4);
+    config.write_timeout = Duration::from_secs(2);
+    config
 }
 
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        // SIGINT to the postmaster (its pid heads postmaster.pid): PostgreSQL's fast
-        // shutdown; runuser then exits with it.
-        let pid = fs::read_to_string(self.dir.join("data/postmaster.pid"))
-            .ok()
-            .and_then(|s| s.lines().next().map(str::to_owned));
-        match pid {
-            Some(pid) => {
-                let _ = Command::new("kill").args(["-INT", &pid]).status();
-            }
-            None => {
-                let _ = self.server.kill();
-            }
-        }
-        let _ = self.server.wait();
-        let _ = fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn ensure_user() -> Result<(), String> {
-    let exists = Command::new("id")
-        .arg(SERVER_USER)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if exists {
-        return Ok(());
-    }
-    match run("useradd", &["-M", "-s", "/bin/false", SERVER_USER]) {
-        // Another test of this run created it meanwhile.
-        Err(_)
-            if Command::new("id")
-                .arg(SERVER_USER)
-                .output()
-                .is_ok_and(|o| o.status.success()) =>
-        {
-            Ok(())
-        }
-        other => other,
-    }
-}
-
-fn run(program: &str, args: &[&str]) -> Result<(), String> {
-    let out = Command::new(program).args(args).output().map_err(|e| {
-        format!("{program}: {e} (PostgreSQL's tests need root and initdb/postgres)")
-    })?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{program} {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-fn path(p: &std::path::Path) -> Result<&str, String> {
-    p.to_str()
-        .ok_or_else(|| format!("{} is not UTF-8", p.display()))
-}
-
-fn fresh_port() -> Result<u16, String> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    Ok(listener.local_addr().map_err(|e| e.to_string())?.port())
-}
-
-/// The startup message for user `postgres`, database `postgres`.
-fn startup_message() -> Bytes {
-    let params: &[u8] = b"user\0postgres\0database\0postgres\0\0";
-    let mut m = BytesMut::new();
-    m.put_i32(8 + params.len() as i32);
-    m.put_i32(196_608); // protocol 3.0
-    m.put_slice(params);
-    m.freeze()
-}
-
-/// The handshake: SSLRequest, `S`, TLS with the runtime crate's `tls::connect`, then the
-/// startup exchange over TLS up to ReadyForQuery.
-async fn handshake(
+/// SSLRequest, `S`, TLS with `on`'s crate, then `startup` over TLS.
+async fn tls_startup(
     on: TlsOn,
     tls: TlsConfig,
+    startup: Startup,
     mut io: HandshakeIo,
 ) -> Result<HandshakeIo, HandshakeError> {
     io.write_all(&SSL_REQUEST).await?;
@@ -198,224 +67,165 @@ async fn handshake(
     if answer[0] != b'S' {
         return Err(HandshakeError::failed(format!(
             "the server refused TLS (answered {:?})",
-            answer[0] as char
+            char::from(answer[0])
         )));
     }
-    let mut io = on.connect(&tls, io).await?;
-    io.write_all(&startup_message()).await?;
-    let mut received = BytesMut::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        while let Some((ty, body)) = message(&mut received) {
-            match ty {
-                b'R' if body.len() >= 4 && body[..4] == [0, 0, 0, 0] => {} // AuthenticationOk
-                b'R' => return Err(HandshakeError::auth("trust authentication expected")),
-                b'E' => return Err(HandshakeError::failed(error_text(&body))),
-                b'Z' => return Ok(io),
-                _ => {} // ParameterStatus, BackendKeyData, notices
-            }
-        }
-        let n = io.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(HandshakeError::failed("closed during startup"));
-        }
-        received.extend_from_slice(&chunk[..n]);
-    }
+    let io = on.connect(&tls, io).await?;
+    startup.run(io).await
 }
 
-/// Cuts one complete message (type, body) off the front of `buf`.
-fn message(buf: &mut BytesMut) -> Option<(u8, Bytes)> {
-    if buf.len() < 5 {
-        return None;
-    }
-    let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
-    if len < 4 || buf.len() < 1 + len {
-        return None;
-    }
-    let ty = buf[0];
-    buf.advance(5);
-    Some((ty, buf.split_to(len - 4).freeze()))
+fn client(
+    runtime: &Arc<dyn Runtime>,
+    server: &(PostgresServer, TlsConfig),
+    on: TlsOn,
+    startup: Startup,
+) -> Client {
+    let tls = server.1.clone();
+    ClientBuilder::new(config())
+        .node(server.0.addr())
+        .codec(Postgres::new())
+        .handshake(move |io: HandshakeIo| tls_startup(on, tls.clone(), startup.clone(), io))
+        .build(Arc::clone(runtime))
+        .unwrap()
 }
 
-fn error_text(body: &[u8]) -> String {
-    body.split(|&b| b == 0)
-        .filter(|f| f.first() == Some(&b'M'))
-        .map(|f| String::from_utf8_lossy(&f[1..]).into_owned())
-        .next()
-        .unwrap_or_else(|| "an error without a message".into())
+fn superuser() -> Startup {
+    Startup::new("postgres", "postgres")
 }
 
-/// PostgreSQL's simple query protocol, in order: a request is a `Q` message, a response every
-/// message up to and including ReadyForQuery.
-#[derive(Debug)]
-struct SimpleQuery;
-
-impl Codec for SimpleQuery {
-    fn correlation(&self) -> Correlation {
-        Correlation::InOrder
-    }
-
-    fn encode(&self, sql: &[u8], _: Option<u64>, dst: &mut BytesMut) -> Result<(), EncodeError> {
-        if sql.contains(&0) {
-            return Err(EncodeError::Invalid("a query holds no NUL".into()));
-        }
-        dst.put_u8(b'Q');
-        dst.put_i32(sql.len() as i32 + 5);
-        dst.put_slice(sql);
-        dst.put_u8(0);
-        Ok(())
-    }
-
-    fn decoder(&self) -> Box<dyn Decoder> {
-        Box::new(SimpleQueryDecoder { scanned: 0 })
-    }
-}
-
-#[derive(Debug)]
-struct SimpleQueryDecoder {
-    /// Bytes of `buf` already known to be complete messages of the response being read.
-    scanned: usize,
-}
-
-impl Decoder for SimpleQueryDecoder {
-    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, Violation> {
-        loop {
-            let rest = &buf[self.scanned..];
-            if rest.len() < 5 {
-                return Ok(None);
-            }
-            let len = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
-            if !(4..=64 * 1024 * 1024).contains(&len) {
-                return Err(Violation::MalformedHeader);
-            }
-            if rest.len() < 1 + len {
-                return Ok(None);
-            }
-            let ty = rest[0];
-            self.scanned += 1 + len;
-            if ty == b'Z' {
-                let response = buf.split_to(self.scanned).freeze();
-                self.scanned = 0;
-                return Ok(Some(Decoded::Next(response)));
-            }
-        }
-    }
-}
-
-/// A response's rows (first column, text), or its error message.
-fn rows(response: &Bytes) -> Result<Vec<String>, String> {
-    let mut buf = BytesMut::from(&response[..]);
-    let mut rows = Vec::new();
-    while let Some((ty, body)) = message(&mut buf) {
-        match ty {
-            b'D' => {
-                let mut body = &body[..];
-                let _columns = body.get_i16();
-                let len = body.get_i32();
-                rows.push(if len < 0 {
-                    "NULL".to_owned()
-                } else {
-                    String::from_utf8_lossy(&body[..len as usize]).into_owned()
-                });
-            }
-            b'E' => return Err(error_text(&body)),
-            _ => {}
-        }
-    }
-    Ok(rows)
-}
-
-async fn postgres_queries_over_tls(runtime: Arc<dyn Runtime>, on: TlsOn) {
-    let pki = Pki::new();
-    let server = Postgres::start(&pki)
-        .unwrap_or_else(|e| panic!("PostgreSQL with TLS could not start: {e}"));
-    let tls = pki.client_config();
-    let mut config = test_config();
-    config.setup_timeout = Duration::from_secs(5);
-    config.setup_timeout_max = Duration::from_secs(5);
-    let client = ClientBuilder::new(config)
-        .node(server.addr)
-        .codec(SimpleQuery)
-        .handshake(move |io: HandshakeIo| handshake(on, tls.clone(), io))
-        .build(Arc::clone(&runtime))
-        .unwrap();
+/// Runs `sql` on the client's one node and reads the response; panics on any failure.
+async fn query(client: &Client, sql: &str) -> Response {
     let node = client.initial_nodes()[0];
-    let query = |sql: &str| {
-        let client = client.clone();
-        let sql = sql.to_owned();
-        async move {
-            let response = client
-                .send(Target::Node(node), sql, Duration::from_secs(10))
-                .await
-                .expect("an answer");
-            rows(&response)
-        }
-    };
-
-    // PostgreSQL listens before it takes sessions ("the database system is starting up"
-    // fails the handshake): wait until one connection is set up.
-    let started = WallClock::now();
-    loop {
-        match client
-            .send(Target::Node(node), "SELECT 1", Duration::from_secs(5))
-            .await
-        {
-            Ok(_) => break,
-            Err(e) if started.elapsed() < Duration::from_secs(20) => {
-                println!("{on:?}: not yet ({e}); again");
-                keepwire_tests::sleep(&*runtime, Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("no session with PostgreSQL within 20 s: {e}"),
-        }
-    }
-    let connects = client.counters().await.unwrap().connects;
-
-    // The server says this session is encrypted.
-    let ssl =
-        query("SELECT ssl::text || ' ' || version FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
-            .await
-            .unwrap();
-    println!("{on:?}: pg_stat_ssl says {ssl:?}");
-    assert!(ssl.len() == 1 && ssl[0].starts_with("true TLS"), "{ssl:?}");
-
-    assert_eq!(query("SELECT 1").await.unwrap(), ["1"]);
-    assert_eq!(
-        query("CREATE TEMP TABLE kv (k int primary key, v text)")
-            .await
-            .unwrap(),
-        Vec::<String>::new()
-    );
-    query("INSERT INTO kv SELECT g, 'value ' || g FROM generate_series(1, 1000) g")
+    let payload = client
+        .send(Target::Node(node), sql.to_owned(), Duration::from_secs(5))
         .await
-        .unwrap();
-    assert_eq!(query("SELECT count(*) FROM kv").await.unwrap(), ["1000"]);
-    assert_eq!(
-        query("SELECT v FROM kv WHERE k = 42").await.unwrap(),
-        ["value 42"]
-    );
-    // A large row, more than one TLS record each way.
-    let big = query("SELECT repeat('x', 200000)").await.unwrap();
-    assert_eq!(big[0].len(), 200_000);
-    // An error answers its own query; the connection stays usable.
-    let error = query("SELECT 1/0").await.unwrap_err();
-    assert!(error.contains("division by zero"), "{error}");
-    assert_eq!(query("SELECT 2").await.unwrap(), ["2"]);
-
-    // Pipelined: 50 queries at once on the one connection, each answered with its own row.
-    let tasks: Vec<_> = (0..50)
-        .map(|i| {
-            let q = query(&format!("SELECT v FROM kv WHERE k = {}", i + 1));
-            spawn(&*runtime, async move { (i + 1, q.await) })
-        })
-        .collect();
-    for task in tasks {
-        let (k, rows) = task.join().await;
-        assert_eq!(rows.unwrap(), [format!("value {k}")]);
-    }
-    let counters = client.counters().await.unwrap();
-    assert_eq!(counters.connects, connects, "one connection: {counters:?}");
-    client.shutdown().await;
-    drop(server);
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    Response::parse(&payload).unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
-test_tls_on_every_runtime!(postgres_queries_over_tls);
+/// The text of the first value of `sql`'s result.
+async fn value(client: &Client, sql: &str) -> String {
+    let response = query(client, sql).await.into_result().unwrap();
+    String::from_utf8(response.value(0, 0).expect("a value").to_vec()).unwrap()
+}
+
+fn text(payload: &Bytes) -> String {
+    let response = Response::parse(payload).unwrap().into_result().unwrap();
+    String::from_utf8(response.value(0, 0).expect("a value").to_vec()).unwrap()
+}
+
+/// The plaintext client's queries and logins, over TLS.
+async fn queries_and_logins_over_tls(runtime: Arc<dyn Runtime>, on: TlsOn) {
+    let server = server();
+    bounded(
+        &*runtime,
+        Duration::from_secs(20),
+        "queries and logins over TLS",
+        async {
+            // Trust.
+            let admin = client(&runtime, &server, on, superuser());
+            let ssl = value(&admin, SSL_OF_THIS_SESSION).await;
+            println!("[postgres over TLS, {on:?}] pg_stat_ssl: {ssl}");
+            assert!(ssl.starts_with("true TLS"), "{ssl}");
+            assert_eq!(value(&admin, "SELECT current_user").await, "postgres");
+            // Several statements, NULLs, a command tag.
+            let response = query(
+                &admin,
+                "SELECT 1 AS a, NULL AS b; SELECT 'x' UNION ALL SELECT 'y'",
+            )
+            .await
+            .into_result()
+            .unwrap();
+            assert_eq!(response.results.len(), 2);
+            assert_eq!(response.results[0].columns, ["a", "b"]);
+            assert_eq!(response.value(0, 1), None);
+            assert_eq!(response.results[1].tag, "SELECT 2");
+            // An error is an answer like any other: the stream stays aligned.
+            let error = query(&admin, "SELECT * FROM no_such_table").await;
+            assert_eq!(error.into_result().unwrap_err().code, "42P01");
+            assert_eq!(
+                value(&admin, "SELECT 'after the error'").await,
+                "after the error"
+            );
+            // A row larger than several TLS records.
+            assert_eq!(
+                value(&admin, "SELECT repeat('x', 200000)").await.len(),
+                200_000
+            );
+
+            // Clear-text password, inside TLS.
+            let app = client(
+                &runtime,
+                &server,
+                on,
+                Startup::new(APP.0, "postgres").password(APP.1),
+            );
+            assert_eq!(value(&app, "SELECT current_user").await, "app");
+            let app_ssl = value(&app, SSL_OF_THIS_SESSION).await;
+            assert!(app_ssl.starts_with("true TLS"), "{app_ssl}");
+            admin.shutdown().await;
+            app.shutdown().await;
+        },
+    )
+    .await;
+}
+
+/// 64 tasks pipelining on one TLS connection, each getting its own answers.
+async fn many_tasks_get_their_own_answers_over_tls(runtime: Arc<dyn Runtime>, on: TlsOn) {
+    const TASKS: usize = 64;
+    const REQUESTS: usize = 100;
+    let server = server();
+    let name = runtime_name(&*runtime);
+    bounded(
+        &*runtime,
+        Duration::from_secs(60),
+        "64 × 100 queries over TLS",
+        async {
+            let client = client(&runtime, &server, on, superuser());
+            let pid = value(&client, "SELECT pg_backend_pid()").await;
+            let started = Instant::now();
+            let tasks: Vec<_> = (0..TASKS)
+                .map(|t| {
+                    let client = client.clone();
+                    spawn(&*runtime, async move {
+                        let mut mismatches = 0;
+                        for r in 0..REQUESTS {
+                            let expected = format!("{name}-{t}-{r}");
+                            let sql = format!("SELECT '{expected}'");
+                            let payload = client
+                                .send(Target::Best, sql, Duration::from_secs(20))
+                                .await
+                                .unwrap_or_else(|e| panic!("task {t} request {r}: {e}"));
+                            if text(&payload) != expected {
+                                mismatches += 1;
+                            }
+                        }
+                        mismatches
+                    })
+                })
+                .collect();
+            let mut mismatches = 0;
+            for task in tasks {
+                mismatches += task.join().await;
+            }
+            let took = started.elapsed();
+            assert_eq!(mismatches, 0);
+            assert_eq!(
+                value(&client, "SELECT pg_backend_pid()").await,
+                pid,
+                "all on one connection"
+            );
+            println!(
+                "[postgres over TLS 64 × 100, {name}] {} queries in {took:?}, 0 mismatches",
+                TASKS * REQUESTS
+            );
+            client.shutdown().await;
+        },
+    )
+    .await;
+}
+
+test_tls_on_every_runtime!(
+    queries_and_logins_over_tls,
+    many_tasks_get_their_own_answers_over_tls,
+);
