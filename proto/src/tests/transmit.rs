@@ -320,7 +320,9 @@ fn a_close_during_a_hand_out_leaves_nothing_handed_out_for_the_next_connection()
     submit_len(&mut h, node, 10);
     let mut bufs = Vec::new();
     assert_eq!(h.pool.poll_transmit(1 << 16, &mut bufs), Some(old));
-    h.pool.handle_closed(h.now, old, crate::Failure::Reset).unwrap();
+    h.pool
+        .handle_closed(h.now, old, crate::Failure::Reset)
+        .unwrap();
     h.collect();
     let (fresh, _) = h.open(node);
     h.pool.handle_connected(h.now, fresh).unwrap();
