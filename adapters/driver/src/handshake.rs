@@ -7,14 +7,51 @@ use std::future::{Future, poll_fn};
 use std::io;
 
 use keepwire_proto::ConnId;
-use socket2::SockRef;
 
 use crate::runtime::{BoxFuture, IoStream};
+use crate::socket::SocketRef;
 
 /// Runs the handshake on a freshly connected stream and hands the stream back when done.
 ///
 /// Any `Fn(HandshakeIo) -> impl Future<Output = Result<HandshakeIo, HandshakeError>>` closure
-/// that is `Send + Sync` implements it.
+/// that is `Send + Sync` implements it. The hook runs under the setup deadline: a handshake
+/// still running when it passes is dropped and the attempt fails with
+/// `CloseReason::SetupTimeout`.
+///
+/// # Example
+///
+/// A greeting exchange: the client says `HELLO <name>`, the server answers `OK` or `DENIED`
+/// (an authentication failure: the node enters `AuthFailed` and backs off).
+///
+/// ```
+/// use keepwire_driver::{ClientBuilder, Config, HandshakeError, HandshakeHook, HandshakeIo};
+///
+/// async fn greet(mut io: HandshakeIo) -> Result<HandshakeIo, HandshakeError> {
+///     io.write_all(b"HELLO keepwire\n").await?;
+///     let mut answer = [0; 8];
+///     let mut len = 0;
+///     while !answer[..len].ends_with(b"\n") {
+///         if len == answer.len() {
+///             return Err(HandshakeError::failed("greeting answer too long"));
+///         }
+///         match io.read(&mut answer[len..]).await? {
+///             0 => return Err(HandshakeError::failed("closed during the greeting")),
+///             n => len += n,
+///         }
+///     }
+///     match &answer[..len] {
+///         b"OK\n" => Ok(io),
+///         b"DENIED\n" => Err(HandshakeError::auth("the server refused our name")),
+///         other => Err(HandshakeError::failed(format!("unexpected answer {other:?}"))),
+///     }
+/// }
+///
+/// // A plain async fn is a hook; so is a struct implementing the trait.
+/// let builder = ClientBuilder::new(Config::default()).handshake(greet);
+/// # fn is_hook(_: impl HandshakeHook) {}
+/// # is_hook(greet);
+/// # drop(builder);
+/// ```
 pub trait HandshakeHook: Send + Sync + 'static {
     /// Performs the handshake on `io`.
     fn handshake(&self, io: HandshakeIo)
@@ -72,8 +109,9 @@ impl HandshakeIo {
         Ok(())
     }
 
-    /// The socket, for reading or setting options.
-    pub fn socket(&self) -> SockRef<'_> {
+    /// The socket, for reading its options back ([`SocketRef::read_back`]), or, through
+    /// `socket2::SockRef::from(&io.socket())`, for setting one the hook needs.
+    pub fn socket(&self) -> SocketRef<'_> {
         self.stream.socket()
     }
 }
