@@ -243,7 +243,7 @@ impl Driver {
             self.perform(now, &action);
         }
         while let Some(event) = self.pool.poll_event() {
-            self.telemetry.event(&self.pool, &event);
+            self.telemetry.event(&event);
             match event {
                 Event::RequestDone {
                     id,
@@ -321,8 +321,14 @@ impl Driver {
                         NodeOp::Disable => {
                             self.disabled.insert(node);
                         }
-                        NodeOp::Enable | NodeOp::Remove => {
+                        NodeOp::Enable => {
                             self.disabled.remove(&node);
+                        }
+                        NodeOp::Remove => {
+                            self.disabled.remove(&node);
+                            // The events of the removal first, then the node's telemetry goes.
+                            self.settle();
+                            self.telemetry.node_removed(node);
                         }
                         _ => {}
                     }

@@ -43,6 +43,16 @@ impl Telemetry {
         self.meter.node_added(pool, node);
     }
 
+    /// A node left the pool (after the events of its removal were handled).
+    #[inline]
+    pub(crate) fn node_removed(&mut self, node: NodeId) {
+        let _ = node;
+        #[cfg(feature = "tracing")]
+        self.trace.node_removed(node);
+        #[cfg(feature = "metrics")]
+        self.meter.node_removed(node);
+    }
+
     /// The driver performs `action`.
     #[cfg(feature = "tracing")]
     #[inline]
@@ -52,12 +62,12 @@ impl Telemetry {
 
     /// The pool announced `event`.
     #[inline]
-    pub(crate) fn event(&mut self, pool: &Pool, event: &Event) {
-        let _ = (pool, event);
+    pub(crate) fn event(&mut self, event: &Event) {
+        let _ = event;
         #[cfg(feature = "tracing")]
-        self.trace.event(pool, event);
+        self.trace.event(event);
         #[cfg(feature = "metrics")]
-        self.meter.event(pool, event);
+        self.meter.event(event);
     }
 
     /// The driver announced `event` to subscribers.
@@ -280,7 +290,7 @@ mod trace {
             node.conn = Some((*conn, span));
         }
 
-        pub(super) fn event(&mut self, pool: &Pool, event: &Event) {
+        pub(super) fn event(&mut self, event: &Event) {
             match event {
                 Event::StateChanged {
                     node,
@@ -288,7 +298,7 @@ mod trace {
                     to,
                     reason,
                     ..
-                } => self.state_changed(pool, *node, *from, *to, *reason),
+                } => self.state_changed(*node, *from, *to, *reason),
                 Event::Writability {
                     node,
                     writable,
@@ -384,14 +394,7 @@ mod trace {
             }
         }
 
-        fn state_changed(
-            &mut self,
-            pool: &Pool,
-            node: NodeId,
-            from: NodeState,
-            to: NodeState,
-            reason: Reason,
-        ) {
+        fn state_changed(&mut self, node: NodeId, from: NodeState, to: NodeState, reason: Reason) {
             let (level, message) = match (to, reason) {
                 (_, Reason::Closed(CloseReason::WriteTimeout)) => (
                     Level::WARN,
@@ -434,11 +437,11 @@ mod trace {
                 "{}",
                 message
             );
-            if to == NodeState::Closed && pool.node_state(node).is_none() {
-                // Removed: its spans close with it.
-                if let Some(spans) = self.nodes.remove(&node) {
-                    tracing::debug!(target: "keepwire", parent: &spans.span, "node removed");
-                }
+        }
+
+        pub(super) fn node_removed(&mut self, node: NodeId) {
+            if let Some(spans) = self.nodes.remove(&node) {
+                tracing::debug!(target: "keepwire", parent: &spans.span, "node removed");
             }
         }
 
@@ -782,13 +785,22 @@ mod meter {
             self.touched(node);
         }
 
+        pub(super) fn node_removed(&mut self, node: NodeId) {
+            if let Some(mut meter) = self.nodes.remove(&node) {
+                if let Some((state, _)) = meter.state {
+                    self.count_state(state, -1.0);
+                }
+                meter.retire();
+            }
+        }
+
         pub(super) fn touched(&mut self, node: NodeId) {
             if self.touched.last() != Some(&node) {
                 self.touched.push(node);
             }
         }
 
-        pub(super) fn event(&mut self, pool: &Pool, event: &Event) {
+        pub(super) fn event(&mut self, event: &Event) {
             match *event {
                 Event::StateChanged {
                     node, to, reason, ..
@@ -821,17 +833,10 @@ mod meter {
                     if to == NodeState::Connecting {
                         meter.counter("keepwire_node_connects_total").increment(1);
                     }
-                    let removed = to == NodeState::Closed && pool.node_state(node).is_none();
                     if let Some(from_name) = from_name {
                         self.count_state(from_name, -1.0);
                     }
-                    if removed {
-                        if let Some(mut meter) = self.nodes.remove(&node) {
-                            meter.retire();
-                        }
-                    } else {
-                        self.count_state(to_name, 1.0);
-                    }
+                    self.count_state(to_name, 1.0);
                 }
                 Event::Writability { node, writable, .. } => {
                     self.touched(node);
