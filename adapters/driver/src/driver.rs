@@ -333,6 +333,9 @@ impl Driver {
                         _ => {}
                     }
                     self.telemetry.touched(node);
+                    // A caller that awaited the command sees its effect on readiness at once.
+                    self.settle();
+                    self.refresh_readiness();
                 }
                 answer(reply, result);
             }
