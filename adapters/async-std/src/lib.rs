@@ -10,7 +10,7 @@
 //! use `keepwire-smol` (both share the same async-io reactor).
 //!
 //! The async-io pieces (timer, stream, connect) are keepwire-driver's
-//! [`async_io`](keepwire_driver::async_io) module, shared with keepwire-smol: async-std runs
+//! [`async_io`] module, shared with keepwire-smol: async-std runs
 //! on the same reactor, so this crate only spawns the driver on async-std's executor.
 //! Features: `tracing` (on by default), `metrics` and `tower`, as keepwire-driver describes
 //! them.

@@ -16,59 +16,11 @@
 //!   two in flight at once, and hands it to [`Codec::encode`]; the decoder reads it back from
 //!   the response ([`Decoded::Tagged`]). An id that matches nothing closes that connection only.
 //!
-//! # Writing a codec for an in-order protocol
-//!
-//! A line protocol where every request is one line and every response one line:
-//!
-//! ```
-//! use bytes::{Bytes, BytesMut, BufMut};
-//! use keepwire_driver::{Codec, Correlation, Decoded, Decoder, EncodeError};
-//! use keepwire_driver::proto::Violation;
-//!
-//! #[derive(Debug)]
-//! struct Lines;
-//!
-//! impl Codec for Lines {
-//!     fn correlation(&self) -> Correlation {
-//!         Correlation::InOrder
-//!     }
-//!     fn encode(&self, payload: &[u8], _id: Option<u64>, dst: &mut BytesMut) -> Result<(), EncodeError> {
-//!         if payload.contains(&b'\n') {
-//!             return Err(EncodeError::Invalid("a request is one line".into()));
-//!         }
-//!         dst.put_slice(payload);
-//!         dst.put_u8(b'\n');
-//!         Ok(())
-//!     }
-//!     fn decoder(&self) -> Box<dyn Decoder> {
-//!         Box::new(LineDecoder)
-//!     }
-//! }
-//!
-//! #[derive(Debug)]
-//! struct LineDecoder;
-//!
-//! impl Decoder for LineDecoder {
-//!     fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, Violation> {
-//!         let Some(end) = buf.iter().position(|&b| b == b'\n') else {
-//!             return if buf.len() > 4096 { Err(Violation::MalformedHeader) } else { Ok(None) };
-//!         };
-//!         let line = buf.split_to(end + 1).freeze();
-//!         Ok(Some(Decoded::Next(line.slice(..end))))
-//!     }
-//! }
-//! # let mut dst = BytesMut::new();
-//! # Lines.encode(b"get k", None, &mut dst).unwrap();
-//! # assert_eq!(&dst[..], b"get k\n");
-//! # let mut buf = BytesMut::from(&b"VALUE\nEND"[..]);
-//! # let mut d = Lines.decoder();
-//! # assert_eq!(d.decode(&mut buf).unwrap(), Some(Decoded::Next(Bytes::from_static(b"VALUE"))));
-//! # assert_eq!(d.decode(&mut buf).unwrap(), None);
-//! ```
-//!
-//! For a protocol with ids, return [`Correlation::ById`] with the id's width, write the `id`
-//! that [`Codec::encode`] receives where the protocol puts it, and decode responses to
-//! [`Decoded::Tagged`] with the id read back; [`LengthPrefixed`] is a complete example.
+//! [`Codec`] shows a complete codec for an in-order line protocol and [`Decoder`] a decoder
+//! that keeps state between calls. For a protocol with ids, return [`Correlation::ById`] with
+//! the id's width, write the `id` that [`Codec::encode`] receives where the protocol puts it,
+//! and decode responses to [`Decoded::Tagged`] with the id read back; [`LengthPrefixed`] is a
+//! complete example.
 
 use std::fmt;
 
@@ -79,6 +31,58 @@ use keepwire_proto::Violation;
 ///
 /// One codec serves every connection of a client; the state of a connection's byte stream
 /// lives in its [`Decoder`].
+///
+/// # Example
+///
+/// A line protocol where every request is one line and every response one line:
+///
+/// ```
+/// use bytes::{Bytes, BytesMut, BufMut};
+/// use keepwire_driver::{Codec, Correlation, Decoded, Decoder, EncodeError};
+/// use keepwire_driver::proto::Violation;
+///
+/// #[derive(Debug)]
+/// struct Lines;
+///
+/// impl Codec for Lines {
+///     fn correlation(&self) -> Correlation {
+///         Correlation::InOrder
+///     }
+///     fn encode(&self, payload: &[u8], _id: Option<u64>, dst: &mut BytesMut) -> Result<(), EncodeError> {
+///         if payload.contains(&b'\n') {
+///             return Err(EncodeError::Invalid("a request is one line".into()));
+///         }
+///         dst.put_slice(payload);
+///         dst.put_u8(b'\n');
+///         Ok(())
+///     }
+///     fn decoder(&self) -> Box<dyn Decoder> {
+///         Box::new(LineDecoder)
+///     }
+/// }
+///
+/// #[derive(Debug)]
+/// struct LineDecoder;
+///
+/// impl Decoder for LineDecoder {
+///     fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, Violation> {
+///         let Some(end) = buf.iter().position(|&b| b == b'\n') else {
+///             return if buf.len() > 4096 { Err(Violation::MalformedHeader) } else { Ok(None) };
+///         };
+///         let line = buf.split_to(end + 1).freeze();
+///         Ok(Some(Decoded::Next(line.slice(..end))))
+///     }
+/// }
+/// # let mut dst = BytesMut::new();
+/// # Lines.encode(b"get k", None, &mut dst).unwrap();
+/// # assert_eq!(&dst[..], b"get k\n");
+/// # let mut buf = BytesMut::from(&b"VALUE\nEND"[..]);
+/// # let mut d = Lines.decoder();
+/// # assert_eq!(d.decode(&mut buf).unwrap(), Some(Decoded::Next(Bytes::from_static(b"VALUE"))));
+/// # assert_eq!(d.decode(&mut buf).unwrap(), None);
+/// ```
+///
+/// A client uses it with `ClientBuilder::codec(Lines)`.
 pub trait Codec: Send + Sync + fmt::Debug + 'static {
     /// How this protocol's responses find their requests.
     fn correlation(&self) -> Correlation;
@@ -100,6 +104,56 @@ pub trait Codec: Send + Sync + fmt::Debug + 'static {
 }
 
 /// Cuts the responses out of one connection's bytes; may keep state between calls.
+///
+/// # Example
+///
+/// A response made of several lines up to an `END` line (as memcached's `get` answers): the
+/// decoder remembers how far it has already scanned, so a response arriving byte by byte is
+/// not scanned from its start again each time.
+///
+/// ```
+/// use bytes::BytesMut;
+/// use keepwire_driver::{Decoded, Decoder};
+/// use keepwire_driver::proto::Violation;
+///
+/// #[derive(Debug, Default)]
+/// struct UntilEnd {
+///     /// Bytes of the buffered response already scanned for its end.
+///     scanned: usize,
+/// }
+///
+/// impl Decoder for UntilEnd {
+///     fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, Violation> {
+///         const END: &[u8] = b"END\r\n";
+///         let from = self.scanned.saturating_sub(END.len() - 1);
+///         match buf[from..].windows(END.len()).position(|w| w == END) {
+///             Some(at) => {
+///                 self.scanned = 0;
+///                 let response = buf.split_to(from + at + END.len()).freeze();
+///                 Ok(Some(Decoded::Next(response)))
+///             }
+///             None if buf.len() > 1 << 20 => Err(Violation::FrameTooLong {
+///                 len: buf.len() as u64,
+///                 max: 1 << 20,
+///             }),
+///             None => {
+///                 self.scanned = buf.len();
+///                 Ok(None)
+///             }
+///         }
+///     }
+/// }
+///
+/// let mut decoder = UntilEnd::default();
+/// let mut buf = BytesMut::new();
+/// for chunk in [&b"VALUE k 0 1\r\nx\r\nE"[..], b"ND\r\nVALUE"] {
+///     buf.extend_from_slice(chunk);
+///     if let Some(Decoded::Next(response)) = decoder.decode(&mut buf).unwrap() {
+///         assert_eq!(&response[..], b"VALUE k 0 1\r\nx\r\nEND\r\n");
+///     }
+/// }
+/// assert_eq!(&buf[..], b"VALUE", "the next response stays buffered");
+/// ```
 pub trait Decoder: Send + fmt::Debug {
     /// Cuts the first complete response off the front of `buf`.
     ///

@@ -42,7 +42,7 @@
 //!   keepwire's back-pressure, so load-shed, buffer, timeout and retry layers work with it.
 //! - **`tokio`**: [`Timer`] on `tokio::time::Sleep` and [`IoStream`] on
 //!   `tokio::net::TcpStream`, for keepwire-tokio.
-//! - **`async-io`**: the [`async_io`](crate::async_io) module (timer, stream and connect on
+//! - **`async-io`**: the `async_io` module (timer, stream and connect on
 //!   async-io's reactor), shared by keepwire-smol and keepwire-async-std.
 //!
 //! # Tracing

@@ -5,7 +5,7 @@
 //! whose driver runs on smol's global executor (or on an executor you pass).
 //!
 //! The async-io pieces (timer, stream, connect) are keepwire-driver's
-//! [`async_io`](keepwire_driver::async_io) module, shared with keepwire-async-std: this crate
+//! [`async_io`] module, shared with keepwire-async-std: this crate
 //! only chooses where the driver is spawned. Features: `tracing` (on by default), `metrics`
 //! and `tower`, as keepwire-driver describes them.
 //!
