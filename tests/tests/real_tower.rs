@@ -76,6 +76,19 @@ async fn a_load_shed_layer_sheds_instead_of_queuing_while_the_node_is_not_writab
     .await;
     assert!(shed_by_now.is_some(), "readiness never saw the flip");
     assert_eq!(service.backpressure(), Some(Backpressure::NotWritable));
+    // Every filler request has been taken or refused by now, so the counters below move
+    // only for the request under test.
+    let all_handled = within(&*runtime, Duration::from_secs(1), async {
+        loop {
+            let counters = client.counters().await.unwrap();
+            if counters.submitted + counters.unwritable_rejections >= held.len() as u64 {
+                break;
+            }
+            sleep(&*runtime, Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(all_handled.is_some());
 
     let before = client.counters().await.unwrap();
     let started = Instant::now();

@@ -316,15 +316,16 @@ impl Client {
         target: Target,
         timeout: Duration,
     ) -> Result<ClientService, CommandError> {
-        // Registered (by the driver) before the service exists: if this future is dropped in
-        // between, the registration stays, which only costs the driver a little work.
-        let _state = self.call(|reply| Command::Watch(target, reply)).await?;
-        Ok(ClientService::new(
+        // The service exists (and is registered) first, so that dropping this future
+        // unregisters it; the driver then publishes its state before answering.
+        let service = ClientService::new(
             self.clone(),
             Arc::clone(&self.handle.readiness),
             target,
             timeout,
-        ))
+        );
+        self.call(|reply| Command::Watch(target, reply)).await?;
+        Ok(service)
     }
 
     /// The nodes given to the builder, in order.

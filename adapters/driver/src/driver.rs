@@ -684,7 +684,8 @@ impl Driver {
         self.commands.clear();
         self.readiness.stop();
         self.telemetry.finish(&self.pool);
-        // The event sender goes with the driver: every subscription ends once read.
+        // Every subscription ends once read, and a later one at once.
+        self.hub.close();
         for reply in self.shutdown_replies.drain(..) {
             answer(reply, ());
         }

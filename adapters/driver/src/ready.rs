@@ -66,29 +66,26 @@ impl Readiness {
         self.services.load(Ordering::Acquire) > 0
     }
 
-    /// The driver registers a new service of `target`, whose state it just computed.
-    pub(crate) fn register(&self, target: Target, state: TargetState) {
+    /// A service of `target` was made (its state is taken as ready until the driver says).
+    pub(crate) fn add_service(&self, target: Target) {
         let mut watched = lock(&self.watched);
         self.services.fetch_add(1, Ordering::AcqRel);
         match watched.targets.iter_mut().find(|e| e.target == target) {
-            Some(entry) => {
-                entry.services += 1;
-                entry.state = state;
-            }
+            Some(entry) => entry.services += 1,
             None => watched.targets.push(Entry {
                 target,
                 services: 1,
-                state,
+                state: TargetState::Ready,
             }),
         }
     }
 
-    /// A service was cloned.
-    pub(crate) fn add_service(&self, target: Target) {
+    /// The driver computed `target`'s state for a new service (nothing if that service is
+    /// already gone).
+    pub(crate) fn set(&self, target: Target, state: TargetState) {
         let mut watched = lock(&self.watched);
-        self.services.fetch_add(1, Ordering::AcqRel);
         if let Some(entry) = watched.targets.iter_mut().find(|e| e.target == target) {
-            entry.services += 1;
+            entry.state = state;
         }
     }
 

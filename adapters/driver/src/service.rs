@@ -90,12 +90,14 @@ pub struct ClientService {
 }
 
 impl ClientService {
+    /// A service of `target`, registered with `readiness`.
     pub(crate) fn new(
         client: Client,
         readiness: Arc<Readiness>,
         target: Target,
         timeout: Duration,
     ) -> Self {
+        readiness.add_service(target);
         Self {
             client,
             readiness,
@@ -168,7 +170,6 @@ impl ClientService {
 
 impl Clone for ClientService {
     fn clone(&self) -> Self {
-        self.readiness.add_service(self.target);
         Self::new(
             self.client.clone(),
             Arc::clone(&self.readiness),

@@ -13,8 +13,8 @@
 //!   oldest events and reads how many ([`Next::Missed`]), then carries on from the oldest
 //!   still kept (tokio's `broadcast` lag semantics).
 //! - **The end.** Clients hold the only strong command sender; the last one to go queues a
-//!   shutdown. The event sender lives in the driver, so every subscription ends (after
-//!   reading what is queued) when the driver stops; a subscription made later ends at once.
+//!   shutdown. The event sender lives in the driver, which drops it when it stops, so every
+//!   subscription ends (after reading what is queued) and a later one ends at once.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -80,7 +80,8 @@ pub(crate) type TicketRef = Arc<Ticket>;
 /// The driver's end of the event fan-out.
 #[derive(Debug)]
 pub(crate) struct Hub<E> {
-    sender: broadcast::Sender<E>,
+    /// `None` once closed.
+    sender: Option<broadcast::Sender<E>>,
 }
 
 /// What clients keep of the fan-out: enough to subscribe while the driver runs, not enough to
@@ -98,13 +99,25 @@ impl<E: Clone> Hub<E> {
         let handle = HubHandle {
             sender: sender.downgrade(),
         };
-        (Self { sender }, handle)
+        (
+            Self {
+                sender: Some(sender),
+            },
+            handle,
+        )
     }
 
     /// Delivers `event` to every subscriber.
     pub(crate) fn publish(&self, event: E) {
-        // No subscriber is fine: the event is for nobody.
-        let _ = self.sender.send(event);
+        if let Some(sender) = &self.sender {
+            // No subscriber is fine: the event is for nobody.
+            let _ = sender.send(event);
+        }
+    }
+
+    /// Ends every subscription, present and future: each reads what is queued, then the end.
+    pub(crate) fn close(&mut self) {
+        self.sender = None;
     }
 }
 
@@ -216,8 +229,8 @@ mod tests {
 
     #[test]
     fn a_subscription_made_after_the_driver_stopped_ends_at_once() {
-        let (hub, handle) = Hub::<u32>::new(2);
-        drop(hub);
+        let (mut hub, handle) = Hub::<u32>::new(2);
+        hub.close();
         let mut late = handle.subscribe();
         assert_eq!(late.try_next(), Some(Next::Closed));
     }

@@ -9,10 +9,10 @@ use crate::ready::TargetState;
 use crate::service::Backpressure;
 
 impl Driver {
-    /// A service starts watching `target`: registers it and returns its state now.
+    /// A service starts watching `target`: publishes its state now, and returns it.
     pub(super) fn watch(&mut self, now: Instant, target: Target) -> TargetState {
         let (state, recheck) = self.state_of(now, target);
-        self.readiness.register(target, state);
+        self.readiness.set(target, state);
         self.ready_recheck = super::earliest(self.ready_recheck, recheck);
         state
     }
