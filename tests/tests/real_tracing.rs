@@ -65,6 +65,7 @@ async fn a_write_timeout_is_a_warning_under_its_node_and_connection(runtime: Arc
     let timeout = the(&events, "write timeout");
     assert_eq!(timeout.level, Level::WARN);
     assert_eq!(timeout.fields["reason"], "closed: write timeout");
+    assert_eq!(timeout.fields["kind"], "write_timeout");
     assert_eq!(timeout.fields["from"], "ready");
     assert_eq!(timeout.fields["state"], "disconnected");
     let addr = peer.addr().to_string();

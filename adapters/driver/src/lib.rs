@@ -61,9 +61,11 @@
 //! | DEBUG | connecting (a reconnect too), handshaking, ready, connection closed for a reason that is no failure (idle, evicted, removed, shutdown); node added or removed |
 //! | TRACE | a connection opened with its setup deadline; each request's end |
 //!
-//! A state change carries `from`, `to` and `reason` (printed as keepwire-proto prints them)
-//! and `state` (`disconnected`, `connecting`, `ready`, ...); evictions, quarantines and
-//! readmissions carry `kind`, a stable name for their reason.
+//! A state change carries `from`, `to` and `reason` (printed as keepwire-proto prints them),
+//! `state` (`disconnected`, `connecting`, `ready`, ...) and `kind`, a stable name for its
+//! reason (`demand`, `probe`, `write_timeout`, `connect_failed`, `setup_timeout`, ...), as do
+//! evictions, quarantines and readmissions (`kind` = `requested`, `connection_failures`,
+//! `probe`, ...).
 //!
 //! # Metrics
 //!

@@ -105,6 +105,8 @@ impl Telemetry {
 /// Short, stable names for label values and structured fields.
 #[cfg(any(feature = "tracing", feature = "metrics"))]
 mod names {
+    #[cfg(feature = "tracing")]
+    use keepwire_proto::Reason;
     use keepwire_proto::{CloseReason, EvictReason, NodeState, QuarantineCause, Readmission};
 
     pub(super) fn state(state: NodeState) -> &'static str {
@@ -147,6 +149,20 @@ mod names {
             CloseReason::Idle => "idle",
             CloseReason::NodeRemoved => "node_removed",
             CloseReason::Shutdown => "shutdown",
+            _ => "other",
+        }
+    }
+
+    #[cfg(feature = "tracing")]
+    pub(super) fn reason(reason: Reason) -> &'static str {
+        match reason {
+            Reason::Demand => "demand",
+            Reason::Probe => "probe",
+            Reason::Connected => "connected",
+            Reason::HandshakeDone => "handshake_done",
+            Reason::Closed(close) => self::close(close),
+            Reason::Draining => "draining",
+            Reason::BackoffReset => "backoff_reset",
             _ => "other",
         }
     }
@@ -433,6 +449,7 @@ mod trace {
                 from = %from,
                 to = %to,
                 reason = %reason,
+                kind = names::reason(reason),
                 state = names::state(to),
                 "{}",
                 message
