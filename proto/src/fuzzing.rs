@@ -348,6 +348,16 @@ impl Session {
                 {
                     self.respond(i, 0);
                 }
+                // Liveness: a ready connection whose socket took everything holds nothing.
+                if let Some(n) = self.node(i) {
+                    if self.pool.node_state(n) == Some(crate::NodeState::Ready) {
+                        assert_eq!(
+                            self.pool.pending_bytes(n),
+                            Some(0),
+                            "{n:?}: frames left behind on a ready connection that took all"
+                        );
+                    }
+                }
             }
             Op::TimeGoesBack { micros } => {
                 let earlier =
@@ -753,10 +763,18 @@ impl Pool {
 
     /// Checks the pool's own accounting; `Err` names the first inconsistency.
     pub fn check_invariants(&self) -> Result<(), String> {
+        let mut held: BTreeMap<NodeId, usize> = BTreeMap::new();
+        for (id, r) in self.requests().iter() {
+            if self.node(r.node).is_err() {
+                return Err(format!("{id:?} belongs to a removed node"));
+            }
+            *held.entry(r.node).or_default() += 1;
+        }
         let mut total = 0;
         let mut census = crate::node::Census::default();
         for n in self.live_nodes() {
-            n.check_invariants(self.config(), self.requests())?;
+            let count = held.get(&n.id()).copied().unwrap_or(0);
+            n.check_invariants(self.config(), count)?;
             total += n.outbound.pending();
             census.add(n.census());
         }
@@ -772,11 +790,6 @@ impl Pool {
                 "total pending {} != sum over nodes {total}",
                 self.total_pending_bytes()
             ));
-        }
-        for (id, r) in self.requests().iter() {
-            if self.node(r.node).is_err() {
-                return Err(format!("{id:?} belongs to a removed node"));
-            }
         }
         Ok(())
     }

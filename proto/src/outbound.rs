@@ -225,11 +225,11 @@ impl Outbound {
             settle(frame.id, true);
         }
         debug_assert_eq!(left, 0, "reported bytes beyond the frames handed out");
-        for frame in self
-            .frames
-            .iter_mut()
-            .filter(|f| f.handed_out && !f.dropped)
-        {
+        for frame in self.frames.iter_mut().filter(|f| !f.dropped) {
+            // A hand-out is a prefix of the live frames: stop at the first live frame after it.
+            if !frame.handed_out {
+                break;
+            }
             frame.handed_out = false;
             if frame.written == 0 && settle(frame.id, false) {
                 frame.dropped = true;
@@ -307,6 +307,9 @@ impl Outbound {
         mut gone: impl FnMut(&Frame),
         low: u64,
     ) {
+        // Whatever was handed out is gone with the evicted connection (handed-out frames are
+        // never kept), so no hand-out is outstanding for the fresh one.
+        self.handed = None;
         for frame in self.frames.iter_mut().filter(|f| !f.dropped) {
             if frame.untouched() && keep(frame) {
                 continue;

@@ -1,10 +1,13 @@
 //! # keepwire-tests
 //!
 //! Support for keepwire's cross-crate tests: loopback [`peers`], the real-kernel half-open
-//! helper ([`netns`]), the three [`runtimes`] behind one trait, a tracing subscriber and a
-//! metrics recorder that keep what they see ([`collect`]), and small async helpers that work
-//! on every runtime. The tests live in `tests/real_*.rs` (real sockets, every runtime)
-//! and `tests/sim_*.rs` (simulated clock, keepwire-proto only).
+//! helper ([`netns`]), the three [`runtimes`] behind one trait, small async helpers that work
+//! on every runtime, a tracing subscriber and a metrics recorder that keep what they see
+//! ([`collect`]), and [`sim`], a deterministic simulator of kernels, links and servers
+//! around the real `Pool` (with the incident replays and the chaos runs). The tests live in
+//! `tests/real_*.rs` (real sockets, every runtime) and `tests/sim_*.rs` (simulated clock,
+//! keepwire-proto only: [`sim`], and for `sim_availability.rs` the older scripted simulator in
+//! `tests/sim/`); `examples/replay.rs` replays the incidents.
 //!
 //! `unsafe` is allowed in this crate only for the namespace helper's `unshare` and `ioctl`
 //! calls, each with its SAFETY comment.
@@ -14,11 +17,14 @@
 pub mod collect;
 pub mod netns;
 pub mod peers;
+pub mod protocols;
 pub mod runtimes;
+pub mod servers;
+pub mod sim;
 
 use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant as WallClock};
 
 use bytes::Bytes;
 use keepwire_driver::{Client, ClientEvent, Events, Runtime, SendError, Target, sleep_until};
@@ -43,6 +49,32 @@ pub async fn within<F: Future>(
         None
     })
     .await
+}
+
+/// `future`'s output; panics with `what` if it takes longer than `limit` (every real-server
+/// test body is bounded so).
+pub async fn bounded<F: Future>(
+    runtime: &dyn Runtime,
+    limit: Duration,
+    what: &str,
+    future: F,
+) -> F::Output {
+    match within(runtime, limit, future).await {
+        Some(output) => output,
+        None => panic!("{what}: not done within {limit:?}"),
+    }
+}
+
+/// The runtime's short name for test output: `tokio`, `smol` or `async-std`.
+pub fn runtime_name(runtime: &dyn Runtime) -> &'static str {
+    let debug = format!("{runtime:?}");
+    if debug.contains("Tokio") {
+        "tokio"
+    } else if debug.contains("AsyncStd") || debug.contains("SpawnHere") {
+        "async-std"
+    } else {
+        "smol"
+    }
 }
 
 /// Runs `future` as a task on `runtime`; await the returned handle for its output.
@@ -91,6 +123,86 @@ pub fn send_held(
             })
         })
         .collect()
+}
+
+/// Every request a test sends through it, and how many times each ended: the check that
+/// every request ends exactly once (every `send` returns exactly one result, none hangs).
+#[derive(Clone, Debug, Default)]
+pub struct Ledger {
+    ends: Arc<Mutex<Vec<(String, usize)>>>,
+}
+
+/// How one request sent through a [`Ledger`] ended.
+#[derive(Debug)]
+pub struct Ended {
+    /// What `send` returned.
+    pub result: Result<Bytes, SendError>,
+    /// Wall time from the request's `send` call to its result.
+    pub took: Duration,
+}
+
+impl Ledger {
+    /// Sends `payload` to `target` from its own task, recording the result; await the task
+    /// for it.
+    pub fn send(
+        &self,
+        runtime: &dyn Runtime,
+        client: &Client,
+        target: Target,
+        payload: impl Into<Bytes>,
+        timeout: Duration,
+    ) -> Task<Ended> {
+        let payload = payload.into();
+        let index = {
+            let mut ends = self.ends.lock().unwrap_or_else(PoisonError::into_inner);
+            ends.push((
+                String::from_utf8_lossy(&payload[..payload.len().min(40)]).into(),
+                0,
+            ));
+            ends.len() - 1
+        };
+        let ends = Arc::clone(&self.ends);
+        let client = client.clone();
+        spawn(runtime, async move {
+            let started = WallClock::now();
+            let result = client.send(target, payload, timeout).await;
+            let took = started.elapsed();
+            ends.lock().unwrap_or_else(PoisonError::into_inner)[index].1 += 1;
+            Ended { result, took }
+        })
+    }
+
+    /// Waits, at most `limit`, until every request sent has ended; then asserts that each
+    /// ended exactly once.
+    ///
+    /// # Panics
+    /// Naming the requests that never ended, or ended more than once.
+    pub async fn assert_each_ended_once(&self, runtime: &dyn Runtime, limit: Duration) {
+        let all_ended = || {
+            let ends = self.ends.lock().unwrap_or_else(PoisonError::into_inner);
+            ends.iter().all(|(_, count)| *count > 0)
+        };
+        within(runtime, limit, async {
+            while !all_ended() {
+                sleep(runtime, Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        let ends = self.ends.lock().unwrap_or_else(PoisonError::into_inner);
+        let wrong: Vec<_> = ends.iter().filter(|(_, count)| *count != 1).collect();
+        assert!(
+            wrong.is_empty(),
+            "requests that did not end exactly once (payload, times ended): {wrong:?}"
+        );
+    }
+
+    /// How many requests were sent through this ledger.
+    pub fn sent(&self) -> usize {
+        self.ends
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
 }
 
 /// Waits until `peer` has read `count` requests; panics after 3 s.

@@ -9,7 +9,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use keepwire_driver::LengthPrefixed;
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
 /// How a [`Peer`] treats each connection it accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +51,7 @@ struct PeerState {
     accepted: AtomicUsize,
     requests: AtomicUsize,
     streams: Mutex<Vec<TcpStream>>,
+    servers: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Peer {
@@ -115,6 +116,47 @@ impl Peer {
     /// connection (the client sees end of stream), then listens again as `behaviour`.
     pub fn restart(&mut self, behaviour: Behaviour) {
         self.stop();
+        *self = Self::start_at(self.addr, behaviour, self.recv_buffer);
+    }
+
+    /// Simulates a server whose host crashed and came back on the same port: every accepted
+    /// connection is *aborted* (SO_LINGER 0: its kernel forgets the connection at once and
+    /// sends one RST, which is lost if the path is blocked), not closed with a FIN as by
+    /// [`restart`](Self::restart); then it listens again as `behaviour`. A client that still
+    /// believes in its connection finds out by its next write, which the kernel answers with
+    /// RST.
+    pub fn crash_and_restart(&mut self, behaviour: Behaviour) {
+        self.state.stop.store(true, Ordering::SeqCst);
+        if let Some(acceptor) = self.acceptor.take() {
+            let _ = acceptor.join();
+        }
+        let streams = std::mem::take(
+            &mut *self
+                .state
+                .streams
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for stream in &streams {
+            SockRef::from(stream)
+                .set_linger(Some(Duration::ZERO))
+                .expect("SO_LINGER 0");
+            // Wakes the connection's server thread (its read returns end of stream) without
+            // sending anything, so it exits and drops its clones of the socket.
+            let _ = stream.shutdown(Shutdown::Read);
+        }
+        let servers = std::mem::take(
+            &mut *self
+                .state
+                .servers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for server in servers {
+            let _ = server.join();
+        }
+        // The last descriptor of each socket closes here: with SO_LINGER 0 that aborts it.
+        drop(streams);
         *self = Self::start_at(self.addr, behaviour, self.recv_buffer);
     }
 
@@ -205,8 +247,13 @@ fn accept_loop(listener: &TcpListener, behaviour: Behaviour, state: &Arc<PeerSta
                     .unwrap_or_else(PoisonError::into_inner)
                     .push(kept);
                 if behaviour != Behaviour::NeverRead {
-                    let state = Arc::clone(state);
-                    thread::spawn(move || serve(stream, behaviour, &state));
+                    let server = {
+                        let state = Arc::clone(state);
+                        thread::spawn(move || serve(stream, behaviour, &state))
+                    };
+                    let mut servers = state.servers.lock().unwrap_or_else(PoisonError::into_inner);
+                    servers.retain(|server| !server.is_finished());
+                    servers.push(server);
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -499,5 +546,22 @@ mod tests {
             .unwrap();
         let err = stream.write_all(&vec![0; 1 << 20]).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+    }
+
+    #[test]
+    fn crash_and_restart_aborts_old_connections_and_listens_again() {
+        let mut peer = Peer::start(Behaviour::Echo);
+        let mut old = TcpStream::connect(peer.addr()).unwrap();
+        while peer.accepted() == 0 {
+            thread::sleep(Duration::from_millis(5));
+        }
+        peer.crash_and_restart(Behaviour::Echo);
+        old.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let err = old.read(&mut [0; 16]).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionReset, "{err}");
+        assert_eq!(
+            round_trip(&peer, 8, b"fresh").unwrap(),
+            (8, b"fresh".to_vec())
+        );
     }
 }

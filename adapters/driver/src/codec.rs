@@ -15,12 +15,6 @@
 //!   protocol id of the protocol's own width ([`Correlation::ById`]), wrapping around and never
 //!   two in flight at once, and hands it to [`Codec::encode`]; the decoder reads it back from
 //!   the response ([`Decoded::Tagged`]). An id that matches nothing closes that connection only.
-//!
-//! [`Codec`] shows a complete codec for an in-order line protocol and [`Decoder`] a decoder
-//! that keeps state between calls. For a protocol with ids, return [`Correlation::ById`] with
-//! the id's width, write the `id` that [`Codec::encode`] receives where the protocol puts it,
-//! and decode responses to [`Decoded::Tagged`] with the id read back; [`LengthPrefixed`] is a
-//! complete example.
 
 use std::fmt;
 
@@ -32,7 +26,7 @@ use keepwire_proto::Violation;
 /// One codec serves every connection of a client; the state of a connection's byte stream
 /// lives in its [`Decoder`].
 ///
-/// # Example
+/// # Example: a codec for an in-order protocol
 ///
 /// A line protocol where every request is one line and every response one line:
 ///
@@ -82,7 +76,9 @@ use keepwire_proto::Violation;
 /// # assert_eq!(d.decode(&mut buf).unwrap(), None);
 /// ```
 ///
-/// A client uses it with `ClientBuilder::codec(Lines)`.
+/// For a protocol with ids, return [`Correlation::ById`] with the id's width, write the `id`
+/// that [`Codec::encode`] receives where the protocol puts it, and decode responses to
+/// [`Decoded::Tagged`] with the id read back; [`LengthPrefixed`] is a complete example.
 pub trait Codec: Send + Sync + fmt::Debug + 'static {
     /// How this protocol's responses find their requests.
     fn correlation(&self) -> Correlation;

@@ -181,6 +181,64 @@ impl SendError {
     }
 }
 
+impl SendError {
+    /// Whether the request ran out of time: its deadline passed (queued or in flight), or its
+    /// connection closed because a setup, write or heartbeat deadline passed or the kernel
+    /// gave up (`ETIMEDOUT`).
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            Self::DeadlineExceeded { .. } => true,
+            Self::ConnectionLost { cause, .. } => matches!(
+                cause,
+                CloseReason::SetupTimeout
+                    | CloseReason::WriteTimeout
+                    | CloseReason::Io(Failure::TimedOut)
+                    | CloseReason::ConnectFailed(Failure::TimedOut)
+            ),
+            _ => false,
+        }
+    }
+
+    /// The [`io::ErrorKind`](std::io::ErrorKind) a caller speaking `std::io` would expect:
+    /// `TimedOut` for [`is_timeout`](Self::is_timeout), `ConnectionReset`, `ConnectionRefused`
+    /// or `ConnectionAborted` for a lost connection by its cause, `WouldBlock` for the
+    /// fail-fast refusals (not writable, memory budget, in-flight limit), `NotConnected` when no
+    /// node can take it, `InvalidData` for a protocol violation, `InvalidInput` for a request
+    /// the codec refused, `Interrupted` for a cancel, and `Other` for the rest.
+    pub fn io_kind(&self) -> io::ErrorKind {
+        use std::io::ErrorKind as K;
+        if self.is_timeout() {
+            return K::TimedOut;
+        }
+        match self {
+            Self::NotWritable | Self::MemoryBudget | Self::InFlightLimit => K::WouldBlock,
+            Self::NodeUnavailable(_) | Self::NoNode { .. } | Self::StaleNode => K::NotConnected,
+            Self::ConnectionLost { cause, .. } => match cause {
+                CloseReason::Io(Failure::Reset) => K::ConnectionReset,
+                CloseReason::ConnectFailed(Failure::Refused) => K::ConnectionRefused,
+                CloseReason::Io(Failure::PeerClosed) => K::UnexpectedEof,
+                CloseReason::ConnectFailed(Failure::Unreachable)
+                | CloseReason::Io(Failure::Unreachable) => K::HostUnreachable,
+                _ => K::ConnectionAborted,
+            },
+            Self::Evicted { .. } | Self::Shutdown => K::ConnectionAborted,
+            Self::Protocol { .. } => K::InvalidData,
+            Self::Encode(_) => K::InvalidInput,
+            Self::Cancelled => K::Interrupted,
+            _ => K::Other,
+        }
+    }
+}
+
+/// A `SendError` as an [`io::Error`] of the matching kind
+/// ([`SendError::io_kind`]), keeping the `SendError` as its source: `?` works in code that
+/// returns `io::Result`, and `err.get_ref()` gets the typed error back.
+impl From<SendError> for io::Error {
+    fn from(e: SendError) -> Self {
+        io::Error::new(e.io_kind(), e)
+    }
+}
+
 /// "nothing sent", "fully sent, retried once".
 struct Fate {
     sent: Sent,
@@ -492,6 +550,56 @@ mod tests {
             let mapped = SendError::from(submit);
             assert_eq!(mapped, send, "{submit:?}");
             assert!(!matches!(mapped, SendError::Rejected(_)), "{submit:?}");
+        }
+    }
+
+    #[test]
+    fn errors_convert_to_io_errors_of_the_matching_kind() {
+        use std::io::ErrorKind as K;
+        let lost = |cause| SendError::ConnectionLost {
+            cause,
+            sent: Sent::Fully,
+            retried: false,
+        };
+        let cases = [
+            (lost(CloseReason::WriteTimeout), K::TimedOut, true),
+            (lost(CloseReason::Io(Failure::TimedOut)), K::TimedOut, true),
+            (
+                lost(CloseReason::Io(Failure::Reset)),
+                K::ConnectionReset,
+                false,
+            ),
+            (
+                lost(CloseReason::ConnectFailed(Failure::Refused)),
+                K::ConnectionRefused,
+                false,
+            ),
+            (
+                lost(CloseReason::Io(Failure::PeerClosed)),
+                K::UnexpectedEof,
+                false,
+            ),
+            (SendError::NotWritable, K::WouldBlock, false),
+            (SendError::NoNode { all_full: true }, K::NotConnected, false),
+            (SendError::Cancelled, K::Interrupted, false),
+            (
+                SendError::DeadlineExceeded {
+                    phase: Phase::Queued,
+                    sent: Sent::Nothing,
+                    retried: false,
+                },
+                K::TimedOut,
+                true,
+            ),
+        ];
+        for (error, kind, timeout) in cases {
+            assert_eq!(error.is_timeout(), timeout, "{error:?}");
+            let text = error.to_string();
+            let io: io::Error = error.into();
+            assert_eq!(io.kind(), kind, "{text}");
+            assert_eq!(io.to_string(), text);
+            let back = io.get_ref().and_then(|e| e.downcast_ref::<SendError>());
+            assert!(back.is_some(), "the typed error is kept as the source");
         }
     }
 }

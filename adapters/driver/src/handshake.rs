@@ -14,44 +14,50 @@ use crate::socket::SocketRef;
 /// Runs the handshake on a freshly connected stream and hands the stream back when done.
 ///
 /// Any `Fn(HandshakeIo) -> impl Future<Output = Result<HandshakeIo, HandshakeError>>` closure
-/// that is `Send + Sync` implements it. The hook runs under the setup deadline: a handshake
-/// still running when it passes is dropped and the attempt fails with
-/// `CloseReason::SetupTimeout`.
+/// or `async fn` that is `Send + Sync` implements it. It runs on every new connection, before
+/// the connection carries requests, under the same setup deadline as the TCP connect.
 ///
 /// # Example
 ///
-/// A greeting exchange: the client says `HELLO <name>`, the server answers `OK` or `DENIED`
-/// (an authentication failure: the node enters `AuthFailed` and backs off).
+/// A protocol that opens with a greeting: the client sends `HELLO <token>`, the server
+/// answers `OK` or `DENIED`. A refusal of the credentials is an authentication failure
+/// ([`HandshakeError::auth`]): the node enters `AuthFailed` and the requests waiting for it end
+/// at once. Anything else is a plain failure ([`HandshakeError::failed`]), retried on the
+/// reconnect backoff.
 ///
 /// ```
-/// use keepwire_driver::{ClientBuilder, Config, HandshakeError, HandshakeHook, HandshakeIo};
+/// use keepwire_driver::{ClientBuilder, Config, HandshakeError, HandshakeIo};
 ///
-/// async fn greet(mut io: HandshakeIo) -> Result<HandshakeIo, HandshakeError> {
-///     io.write_all(b"HELLO keepwire\n").await?;
-///     let mut answer = [0; 8];
-///     let mut len = 0;
-///     while !answer[..len].ends_with(b"\n") {
-///         if len == answer.len() {
-///             return Err(HandshakeError::failed("greeting answer too long"));
+/// async fn hello(mut io: HandshakeIo) -> Result<HandshakeIo, HandshakeError> {
+///     io.write_all(b"HELLO secret-token\n").await?;
+///     // One byte at a time: what the stream holds after the greeting belongs to the
+///     // connection's decoder, and bytes read here would be lost to it.
+///     let mut answer = Vec::new();
+///     let mut byte = [0u8; 1];
+///     while !answer.ends_with(b"\n") {
+///         if io.read(&mut byte).await? == 0 {
+///             return Err(HandshakeError::failed("closed during the greeting"));
 ///         }
-///         match io.read(&mut answer[len..]).await? {
-///             0 => return Err(HandshakeError::failed("closed during the greeting")),
-///             n => len += n,
+///         answer.push(byte[0]);
+///         if answer.len() > 256 {
+///             return Err(HandshakeError::failed("greeting too long"));
 ///         }
 ///     }
-///     match &answer[..len] {
+///     match &answer[..] {
 ///         b"OK\n" => Ok(io),
-///         b"DENIED\n" => Err(HandshakeError::auth("the server refused our name")),
-///         other => Err(HandshakeError::failed(format!("unexpected answer {other:?}"))),
+///         b"DENIED\n" => Err(HandshakeError::auth("the server refused the token")),
+///         other => Err(HandshakeError::failed(format!("unexpected greeting {other:?}"))),
 ///     }
 /// }
 ///
-/// // A plain async fn is a hook; so is a struct implementing the trait.
-/// let builder = ClientBuilder::new(Config::default()).handshake(greet);
-/// # fn is_hook(_: impl HandshakeHook) {}
-/// # is_hook(greet);
+/// let builder = ClientBuilder::new(Config::default())
+///     .node("127.0.0.1:7000".parse().unwrap())
+///     .handshake(hello); // also turns on Config::handshake
 /// # drop(builder);
 /// ```
+///
+/// A hook for a real protocol: `keepwire_tests::protocols::postgres::Startup` (in this
+/// repository's `tests/` crate) runs PostgreSQL's startup with trust or a clear-text password.
 pub trait HandshakeHook: Send + Sync + 'static {
     /// Performs the handshake on `io`.
     fn handshake(&self, io: HandshakeIo)

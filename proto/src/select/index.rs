@@ -89,6 +89,21 @@ impl SelectIndex {
         if old == placement {
             return;
         }
+        // The common change, a ready node's load moving by one: one leaf update.
+        if let (
+            Class::In(Standing::Ready { writable: true, .. }),
+            Class::In(Standing::Ready {
+                load,
+                writable: true,
+            }),
+        ) = (old.class, placement.class)
+        {
+            if old.quarantined == placement.quarantined {
+                self.placements[i] = placement;
+                self.ready[usize::from(placement.quarantined)].set(slot, Some(load));
+                return;
+            }
+        }
         self.remove(slot, old);
         self.placements[i] = placement;
         self.insert(slot, placement);

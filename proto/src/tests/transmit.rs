@@ -293,3 +293,39 @@ fn a_zero_frame_timeout_disables_it() {
     h.advance(secs(30));
     assert!(h.pool.current_conn(node).is_some());
 }
+
+#[test]
+fn an_eviction_during_a_hand_out_lets_the_fresh_connection_send_what_was_kept() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let old = h.ready(node);
+    let handed = submit_len(&mut h, node, 10);
+    let kept = submit_len(&mut h, node, 20);
+    let mut bufs = Vec::new();
+    assert_eq!(h.pool.poll_transmit(1, &mut bufs), Some(old)); // only `handed` goes out
+    h.pool.evict(h.now, node).unwrap(); // before the adapter reports the write
+    h.collect();
+    assert!(matches!(h.outcome(handed), Some(Outcome::Evicted(_))));
+    assert_eq!(h.outcome(kept), None, "moved to a fresh connection");
+    let fresh = h.pool.current_conn(node).unwrap();
+    h.pool.handle_connected(h.now, fresh).unwrap();
+    assert_eq!(hand_outs(&mut h, 1 << 16), [(fresh, alloc::vec![20])]);
+}
+
+#[test]
+fn a_close_during_a_hand_out_leaves_nothing_handed_out_for_the_next_connection() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let old = h.ready(node);
+    submit_len(&mut h, node, 10);
+    let mut bufs = Vec::new();
+    assert_eq!(h.pool.poll_transmit(1 << 16, &mut bufs), Some(old));
+    h.pool
+        .handle_closed(h.now, old, crate::Failure::Reset)
+        .unwrap();
+    h.collect();
+    let (fresh, _) = h.open(node);
+    h.pool.handle_connected(h.now, fresh).unwrap();
+    submit_len(&mut h, node, 30);
+    assert_eq!(hand_outs(&mut h, 1 << 16), [(fresh, alloc::vec![30])]);
+}

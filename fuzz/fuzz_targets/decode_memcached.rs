@@ -1,0 +1,16 @@
+//! The example memcached client's decoder (`tests/src/protocols/memcached.rs`) against untrusted
+//! bytes, with the checks every decoder target shares (`fuzz/decoders.rs`).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+#[path = "../decoders.rs"]
+mod decoders;
+
+#[allow(dead_code, unreachable_pub, missing_docs)]
+#[path = "../../tests/src/protocols/memcached.rs"]
+mod memcached;
+
+fuzz_target!(|data: &[u8]| {
+    decoders::check(&memcached::Memcached::default(), data);
+});

@@ -1,0 +1,354 @@
+//! The pool's internals: routing every input to its node's machine with a borrowed sink,
+//! the checks a submit passes, panic mode, transparent retries and the timer heap's upkeep.
+
+use core::time::Duration;
+
+use super::{Pool, Target};
+use crate::event::{Event, HandleError, NodeState, Sent, SubmitError, Unavailable};
+use crate::ids::{ConnId, NodeId};
+use crate::node::{Node, Retry, Sink};
+use crate::select::{SelectIndex, Selection};
+use crate::time::Instant;
+use crate::timers::{NodeTimer, TimerKey};
+
+impl Pool {
+    pub(crate) fn node(&self, id: NodeId) -> Result<&Node, HandleError> {
+        self.nodes
+            .get(id.index())
+            .and_then(|s| s.node.as_ref())
+            .filter(|n| n.id() == id)
+            .ok_or(HandleError::StaleNode)
+    }
+
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn requests(&self) -> &crate::requests::Requests {
+        &self.requests
+    }
+
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shut_down
+    }
+
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn census(&self) -> crate::node::Census {
+        self.census
+    }
+
+    /// Slots in the node table (live or free), for selection's offset.
+    pub(crate) fn node_slots(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The live node in slot `index`.
+    pub(crate) fn node_at(&self, index: usize) -> Option<&Node> {
+        self.nodes.get(index).and_then(|s| s.node.as_ref())
+    }
+
+    /// The latest time the pool has seen.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn latest(&mut self) -> Instant {
+        self.clock.advance(Instant::ZERO)
+    }
+
+    /// The selection index, with time moved on to `now`.
+    pub(crate) fn select_index(&mut self, now: Instant) -> &SelectIndex {
+        self.index.advance(now);
+        &self.index
+    }
+
+    /// A uniform draw in `0..n` from the pool's seeded PRNG.
+    pub(crate) fn draw_below(&mut self, n: usize) -> usize {
+        self.rng.below(n)
+    }
+
+    pub(crate) fn live_nodes(&self) -> impl Iterator<Item = &Node> + '_ {
+        self.nodes.iter().filter_map(|s| s.node.as_ref())
+    }
+
+    /// Runs `f` on the node's machine with a sink borrowed from the pool, then routes any
+    /// transparent retries it handed back and updates panic mode. The one place a node is
+    /// looked up by its handle for a change.
+    pub(super) fn with_node<R>(
+        &mut self,
+        now: Instant,
+        id: NodeId,
+        f: impl FnOnce(&mut Node, &mut Sink<'_>) -> R,
+    ) -> Result<R, HandleError> {
+        let census = self.census;
+        let result = self.run_node(now, id, f)?;
+        if !self.retry.is_empty() {
+            self.route_retries(now);
+        }
+        if self.census != census || self.shut_down {
+            self.update_panic(now);
+        }
+        Ok(result)
+    }
+
+    pub(super) fn run_node<R>(
+        &mut self,
+        now: Instant,
+        id: NodeId,
+        f: impl FnOnce(&mut Node, &mut Sink<'_>) -> R,
+    ) -> Result<R, HandleError> {
+        let node = self
+            .nodes
+            .get_mut(id.index())
+            .and_then(|s| s.node.as_mut())
+            .filter(|n| n.id() == id)
+            .ok_or(HandleError::StaleNode)?;
+        let before = node.census();
+        let mut sink = Sink {
+            now,
+            config: &self.config,
+            shut_down: self.shut_down,
+            panic: self.panic,
+            census: self.census,
+            retry: &mut self.retry,
+            rng: &mut self.rng,
+            timers: &mut self.timers,
+            actions: &mut self.actions,
+            events: &mut self.events,
+            transmit: &mut self.transmit,
+            requests: &mut self.requests,
+            counters: &mut self.counters,
+            total_pending: &mut self.total_pending,
+        };
+        let result = f(node, &mut sink);
+        let after = node.census();
+        self.census.remove(before);
+        self.census.add(after);
+        let placement = node.placement(now, self.config.selection);
+        self.index.place(id.index, placement);
+        Ok(result)
+    }
+
+    /// Queues each transparent retry once more: on its own node if it was submitted to that
+    /// node, else where selection says, within its deadline; ends it with its first outcome
+    /// when nothing can take it.
+    pub(super) fn route_retries(&mut self, now: Instant) {
+        while let Some(retry) = self.retry.pop() {
+            let Some(r) = self.requests.get(retry.id) else {
+                continue;
+            };
+            let (pinned, node, deadline) = (r.pinned, r.node, r.deadline);
+            let target = if pinned {
+                Some(node)
+            } else {
+                match self.pick(now) {
+                    Selection::Ready(id) | Selection::Connecting(id) | Selection::Connect(id) => {
+                        Some(id)
+                    }
+                    Selection::None { .. } => None,
+                }
+            };
+            let fits = deadline >= now
+                && target.is_some_and(|t| {
+                    self.node(t).is_ok_and(|n| {
+                        n.selectable(now, self.panic) && self.room(n, retry.cost).is_ok()
+                    })
+                });
+            match target {
+                Some(t) if fits => {
+                    let Retry {
+                        id, frame, cost, ..
+                    } = retry;
+                    let _ = self.run_node(now, t, |n, sink| n.requeue(sink, id, frame, cost));
+                }
+                _ => {
+                    let r = self.requests.remove(retry.id);
+                    if let Some(r) = r {
+                        self.events.push_back(Event::RequestDone {
+                            id: retry.id,
+                            node: r.node,
+                            outcome: retry.outcome,
+                            sent: Sent::Nothing,
+                            retried: r.retried,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Enters or leaves panic mode as the census says, announcing the change.
+    pub(super) fn update_panic(&mut self, now: Instant) {
+        // Once shut down the pool selects nothing: it leaves panic mode (once), and nodes
+        // closing one by one say nothing more about health.
+        let panic = !self.shut_down && self.census.panics(self.config.panic_threshold);
+        if panic == self.panic {
+            return;
+        }
+        self.panic = panic;
+        if panic {
+            self.counters.panics += 1;
+        }
+        self.events.push_back(Event::PanicMode {
+            entered: panic,
+            healthy: self.census.healthy,
+            admitted: self.census.admitted,
+            at: now,
+        });
+    }
+
+    /// An application command on one node: clamps `now`, runs it, tidies the timers.
+    pub(super) fn command<R>(
+        &mut self,
+        now: Instant,
+        node: NodeId,
+        f: impl FnOnce(&mut Node, &mut Sink<'_>) -> R,
+    ) -> Result<R, HandleError> {
+        let now = self.clock.advance(now);
+        let result = self.with_node(now, node, f);
+        self.finish();
+        result
+    }
+
+    /// Runs `f` on every node's machine (in slot order).
+    pub(super) fn every_node(&mut self, now: Instant, mut f: impl FnMut(&mut Node, &mut Sink<'_>)) {
+        let now = self.clock.advance(now);
+        for index in 0..self.nodes.len() {
+            let Some(id) = self.nodes[index].node.as_ref().map(Node::id) else {
+                continue;
+            };
+            let _ = self.with_node(now, id, &mut f);
+        }
+        self.finish();
+    }
+
+    /// Every adapter report: clamps `now`, checks that `conn` is current and in a state
+    /// `state_ok` accepts (else nothing changes), applies `apply`, then tidies the timers.
+    pub(super) fn report<R>(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        state_ok: impl Fn(NodeState) -> bool,
+        apply: impl FnOnce(&mut Node, &mut Sink<'_>) -> Result<R, HandleError>,
+    ) -> Result<R, HandleError> {
+        let node = self.node(conn.node).map_err(|_| HandleError::StaleConn)?;
+        if !node.is_current(conn) {
+            return Err(HandleError::StaleConn);
+        }
+        if !state_ok(node.state()) {
+            return Err(HandleError::WrongState);
+        }
+        self.command(now, conn.node, apply)?
+    }
+
+    /// Checks a submit against the pool's rules and picks its node: the node and the frame's
+    /// cost in pending bytes, or why it is refused.
+    pub(super) fn admit(
+        &mut self,
+        now: Instant,
+        target: Target,
+        deadline: Instant,
+        len: usize,
+    ) -> Result<(NodeId, u64), SubmitError> {
+        if self.shut_down {
+            return Err(SubmitError::NodeUnavailable(Unavailable::Shutdown));
+        }
+        if deadline < now {
+            return Err(SubmitError::DeadlinePassed);
+        }
+        let node = match target {
+            Target::Node(id) => {
+                let n = self.node(id).map_err(|_| SubmitError::StaleHandle)?;
+                let a = n.admission;
+                if !a.enabled {
+                    return Err(SubmitError::NodeUnavailable(Unavailable::Disabled));
+                }
+                if a.quarantine.is_some() && !self.panic {
+                    return Err(SubmitError::NodeUnavailable(Unavailable::Quarantined));
+                }
+                if now < a.throttled_until {
+                    let until = a.throttled_until;
+                    return Err(SubmitError::NodeUnavailable(Unavailable::Throttled {
+                        until,
+                    }));
+                }
+                id
+            }
+            Target::Best => match self.pick(now) {
+                Selection::Ready(id) | Selection::Connecting(id) | Selection::Connect(id) => id,
+                Selection::None { all_full } => return Err(SubmitError::NoNode { all_full }),
+            },
+        };
+        let n = self.node(node).map_err(|_| SubmitError::StaleHandle)?;
+        let cost = (len as u64).saturating_add(self.config.per_frame_overhead);
+        match self.room(n, cost) {
+            Ok(()) => Ok((node, cost)),
+            Err(e) => {
+                let counter = match e {
+                    SubmitError::NotWritable => &mut self.counters.unwritable_rejections,
+                    SubmitError::InFlightLimit => &mut self.counters.in_flight_rejections,
+                    _ => &mut self.counters.memory_budget_rejections,
+                };
+                *counter += 1;
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether the node can queue a frame costing `cost` now: writable, under its in-flight
+    /// cap, and within the memory budget (and the byte count's range).
+    pub(super) fn room(&self, n: &Node, cost: u64) -> Result<(), SubmitError> {
+        if !n.outbound.is_writable() {
+            return Err(SubmitError::NotWritable);
+        }
+        if n.requests() >= self.config.max_in_flight as usize {
+            return Err(SubmitError::InFlightLimit);
+        }
+        let overflows = cost == u64::MAX || !self.total_pending.fits(cost);
+        if overflows || self.over_budget(n, cost) {
+            return Err(SubmitError::MemoryBudget);
+        }
+        Ok(())
+    }
+
+    /// The global memory budget: once queuing `cost` more would exceed it, a connection may
+    /// only grow while it holds less than its fair share (the budget split over the nodes that
+    /// hold pending bytes), so the ones holding the most are refused first and nothing is
+    /// closed to free memory.
+    pub(super) fn over_budget(&self, node: &Node, cost: u64) -> bool {
+        let Some(budget) = self.config.memory_budget else {
+            return false;
+        };
+        if self.total_pending.get().saturating_add(cost) <= budget {
+            return false;
+        }
+        let holders = self
+            .live_nodes()
+            .filter(|m| m.outbound.pending() > 0 || m.id() == node.id())
+            .count() as u64;
+        let share = budget / holders.max(1);
+        node.outbound.pending().saturating_add(cost) > share
+    }
+
+    pub(super) fn timer_valid(&self, at: Instant, key: TimerKey) -> bool {
+        match key {
+            TimerKey::Node(node, timer) => self.node(node).is_ok_and(|n| n.timer_armed(timer, at)),
+            TimerKey::Request(id) => self
+                .requests
+                .get(id)
+                .is_some_and(|r| !r.ended && r.deadline.expiry_after(Duration::ZERO) == at),
+        }
+    }
+
+    /// Ends every public call: discards stale timer entries off the top of the heap, so
+    /// [`Pool::poll_timeout`] is exact, and compacts the heap when stale entries pile up.
+    pub(super) fn finish(&mut self) {
+        while let Some((at, key)) = self.timers.peek() {
+            if self.timer_valid(at, key) {
+                break;
+            }
+            self.timers.pop();
+        }
+        let live = self.requests.len() + NodeTimer::ALL.len() * self.nodes.len();
+        if self.timers.len() > 4 * live + 64 {
+            let mut heap = core::mem::take(&mut self.timers);
+            heap.retain(|at, key| self.timer_valid(at, key));
+            self.timers = heap;
+        }
+    }
+}

@@ -1,0 +1,1051 @@
+//! PostgreSQL's simple query protocol on keepwire: startup and authentication in a
+//! [`HandshakeHook`], queries in order.
+//!
+//! - [`Startup`] is the handshake hook: it sends the startup message, answers the server's
+//!   authentication request (trust, or a clear-text password) and waits for ReadyForQuery. A
+//!   server that refuses the credentials (SQLSTATE class 28) fails it as an *authentication*
+//!   failure ([`HandshakeError::auth`]): the node enters `AuthFailed` and the requests waiting
+//!   for it end with `ConnectionLost(AuthFailed)` at once.
+//! - [`Postgres`] is the codec. A request payload is SQL text; it goes out as one Query
+//!   message. PostgreSQL answers the queries of a connection in order, each with every message
+//!   up to and including one ReadyForQuery, so the codec is [`Correlation::InOrder`]: no tag,
+//!   no extra round trip, any number of queries pipelined on one connection. A response
+//!   payload is those messages as the server sent them; [`Response::parse`] reads them.
+//!
+//! The decoder takes each complete message off the connection's buffer as it arrives, so a
+//! slow query whose RowDescription came long before its rows is not taken for a peer dripping
+//! bytes: the slow-drip defence ([`Config::frame_timeout`](keepwire_driver::Config)) times
+//! single messages. COPY FROM STDIN (the server waits for data the client never sends) is a
+//! protocol violation that closes the connection.
+//!
+//! ```
+//! use bytes::{Bytes, BytesMut};
+//! use keepwire_driver::{Codec, Correlation, Decoded};
+//! use keepwire_tests::protocols::postgres::{Postgres, Response};
+//!
+//! let codec = Postgres::new();
+//! assert_eq!(codec.correlation(), Correlation::InOrder);
+//! let mut wire = BytesMut::new();
+//! codec.encode(b"SELECT 1", None, &mut wire).unwrap();
+//! assert_eq!(&wire[..], b"Q\0\0\0\x0dSELECT 1\0");
+//!
+//! // The server's answer: RowDescription, DataRow, CommandComplete, ReadyForQuery.
+//! let mut inbound = BytesMut::new();
+//! inbound.extend_from_slice(b"T\0\0\0\x21\0\x01?column?\0\0\0\0\0\0\0\0\0\0\x17\0\x04\xff\xff\xff\xff\0\0");
+//! inbound.extend_from_slice(b"D\0\0\0\x0b\0\x01\0\0\0\x011");
+//! inbound.extend_from_slice(b"C\0\0\0\x0dSELECT 1\0");
+//! let mut decoder = codec.decoder();
+//! assert_eq!(decoder.decode(&mut inbound).unwrap(), None); // no ReadyForQuery yet
+//! inbound.extend_from_slice(b"Z\0\0\0\x05I");
+//! let Some(Decoded::Next(payload)) = decoder.decode(&mut inbound).unwrap() else { panic!() };
+//! let response = Response::parse(&payload).unwrap();
+//! assert_eq!(response.results[0].columns, ["?column?"]);
+//! assert_eq!(response.value(0, 0), Some(&b"1"[..]));
+//! assert_eq!(response.results[0].tag, "SELECT 1");
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use keepwire_driver::{
+    BoxFuture, Codec, Correlation, Decoded, Decoder, EncodeError, HandshakeError, HandshakeHook,
+    HandshakeIo, Violation,
+};
+
+/// Protocol version 3.0, as the startup message announces it.
+pub const PROTOCOL_VERSION: i32 = 196_608;
+/// The longest message the handshake accepts (authentication requests, parameter status,
+/// errors: all small).
+const MAX_STARTUP_MESSAGE: usize = 64 * 1024;
+
+/// The simple-query codec: a request is SQL text, a response every message up to
+/// ReadyForQuery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Postgres {
+    max_message: usize,
+    max_response: usize,
+}
+
+impl Postgres {
+    /// Messages of at most 16 MiB (a row), responses of at most 64 MiB.
+    pub const fn new() -> Self {
+        Self {
+            max_message: 16 * 1024 * 1024,
+            max_response: 64 * 1024 * 1024,
+        }
+    }
+
+    /// Other limits: the longest single message and the longest whole response. A message
+    /// announcing more is refused from its header, before its bytes arrive.
+    pub const fn with_limits(max_message: usize, max_response: usize) -> Self {
+        Self {
+            max_message,
+            max_response,
+        }
+    }
+}
+
+impl Default for Postgres {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Codec for Postgres {
+    fn correlation(&self) -> Correlation {
+        Correlation::InOrder
+    }
+
+    fn encode(&self, sql: &[u8], _id: Option<u64>, dst: &mut BytesMut) -> Result<(), EncodeError> {
+        if sql.contains(&0) {
+            return Err(EncodeError::Invalid(
+                "SQL text cannot hold a NUL byte (the Query message ends at one)".into(),
+            ));
+        }
+        let max = (i32::MAX as usize) - 5;
+        if sql.len() > max {
+            return Err(EncodeError::TooLong {
+                len: sql.len() as u64,
+                max: max as u64,
+            });
+        }
+        dst.reserve(sql.len() + 6);
+        dst.put_u8(b'Q');
+        dst.put_i32((sql.len() + 5) as i32);
+        dst.put_slice(sql);
+        dst.put_u8(0);
+        Ok(())
+    }
+
+    fn decoder(&self) -> Box<dyn Decoder> {
+        Box::new(PostgresDecoder::new(*self))
+    }
+}
+
+/// Why bytes from the server are not what this client expects. Each closes the connection
+/// (as the [`Violation`] it converts to) when the decoder meets it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Malformed {
+    /// A message type no PostgreSQL server sends.
+    UnknownMessage(u8),
+    /// A message a simple-query client cannot follow after startup: CopyInResponse and
+    /// CopyBothResponse (the server would wait for data), authentication or extended-protocol
+    /// messages.
+    Unexpected(u8),
+    /// A length field below 4 (it counts itself).
+    BadLength(i32),
+    /// A message longer than the limit (refused from its header).
+    MessageTooLong {
+        /// Its announced length.
+        len: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// A response longer than the limit.
+    ResponseTooLong {
+        /// Its length with the message that crossed the limit.
+        len: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// A ReadyForQuery whose transaction status is not `I`, `T` or `E`.
+    BadStatus(u8),
+    /// A message body shorter than its fields need, or a string without its NUL.
+    Truncated(u8),
+    /// A response that does not end with its one ReadyForQuery ([`Response::parse`]).
+    Incomplete,
+}
+
+impl fmt::Display for Malformed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownMessage(t) => write!(f, "unknown message type {:?}", char::from(*t)),
+            Self::Unexpected(t) => write!(f, "unexpected message type {:?}", char::from(*t)),
+            Self::BadLength(len) => write!(f, "message length {len} is below 4"),
+            Self::MessageTooLong { len, max } => {
+                write!(f, "a message of {len} bytes exceeds the limit of {max}")
+            }
+            Self::ResponseTooLong { len, max } => {
+                write!(f, "a response of {len} bytes exceeds the limit of {max}")
+            }
+            Self::BadStatus(s) => write!(f, "unknown transaction status {:?}", char::from(*s)),
+            Self::Truncated(t) => write!(f, "a truncated {:?} message", char::from(*t)),
+            Self::Incomplete => write!(f, "a response without its ReadyForQuery"),
+        }
+    }
+}
+
+impl std::error::Error for Malformed {}
+
+impl From<Malformed> for Violation {
+    fn from(m: Malformed) -> Self {
+        match m {
+            Malformed::MessageTooLong { len, max } | Malformed::ResponseTooLong { len, max } => {
+                Violation::FrameTooLong { len, max }
+            }
+            _ => Violation::MalformedHeader,
+        }
+    }
+}
+
+/// Message types a simple query's response may hold.
+fn in_response(ty: u8) -> Result<(), Malformed> {
+    match ty {
+        // RowDescription, DataRow, CommandComplete, EmptyQueryResponse, ErrorResponse,
+        // NoticeResponse, ParameterStatus, NotificationResponse, ReadyForQuery,
+        // CopyOutResponse, CopyData, CopyDone.
+        b'T' | b'D' | b'C' | b'I' | b'E' | b'N' | b'S' | b'A' | b'Z' | b'H' | b'd' | b'c' => Ok(()),
+        // CopyInResponse, CopyBothResponse, Authentication, BackendKeyData,
+        // NegotiateProtocolVersion, and the extended protocol's replies.
+        b'G' | b'W' | b'R' | b'K' | b'v' | b'1' | b'2' | b'3' | b'n' | b't' | b's' => {
+            Err(Malformed::Unexpected(ty))
+        }
+        other => Err(Malformed::UnknownMessage(other)),
+    }
+}
+
+/// The header of the message at the front of `buf`: `(type, body length)`, once its five
+/// bytes are in. The type is judged from the first byte.
+fn header(
+    buf: &[u8],
+    max_body: usize,
+    allowed: fn(u8) -> Result<(), Malformed>,
+) -> Result<Option<(u8, usize)>, Malformed> {
+    let Some(&ty) = buf.first() else {
+        return Ok(None);
+    };
+    allowed(ty)?;
+    let Some(len) = buf.get(1..5) else {
+        return Ok(None);
+    };
+    let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
+    if len < 4 {
+        return Err(Malformed::BadLength(len));
+    }
+    let body = (len - 4) as usize;
+    if body > max_body {
+        return Err(Malformed::MessageTooLong {
+            len: body as u64,
+            max: max_body as u64,
+        });
+    }
+    if ty == b'Z' && body != 1 {
+        return Err(Malformed::Truncated(ty));
+    }
+    Ok(Some((ty, body)))
+}
+
+/// The per-connection decoder of [`Postgres`]: moves each complete message of the current
+/// response off the connection's buffer (without copying: the pieces are rejoined in place)
+/// and hands the response over at its ReadyForQuery. It never reserves room for bytes it has
+/// not received.
+#[derive(Debug)]
+pub struct PostgresDecoder {
+    limits: Postgres,
+    /// The complete messages of the response under way.
+    response: BytesMut,
+}
+
+impl PostgresDecoder {
+    /// A decoder with `limits`' message and response limits.
+    pub fn new(limits: Postgres) -> Self {
+        Self {
+            limits,
+            response: BytesMut::new(),
+        }
+    }
+
+    fn step(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, Malformed> {
+        loop {
+            let Some((ty, body)) = header(buf, self.limits.max_message, in_response)? else {
+                return Ok(None);
+            };
+            let total = self.response.len() + 5 + body;
+            if total > self.limits.max_response {
+                return Err(Malformed::ResponseTooLong {
+                    len: total as u64,
+                    max: self.limits.max_response as u64,
+                });
+            }
+            if buf.len() < 5 + body {
+                return Ok(None);
+            }
+            if ty == b'Z' && !matches!(buf[5], b'I' | b'T' | b'E') {
+                return Err(Malformed::BadStatus(buf[5]));
+            }
+            // Split off the front and join it to the response: both are views of one
+            // allocation, so this copies nothing unless the buffer was reallocated between.
+            self.response.unsplit(buf.split_to(5 + body));
+            if ty == b'Z' {
+                return Ok(Some(Decoded::Next(self.response.split().freeze())));
+            }
+        }
+    }
+}
+
+impl Decoder for PostgresDecoder {
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, Violation> {
+        self.step(buf).map_err(Violation::from)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Responses
+
+/// A simple query's response: one result per statement that completed, the error that ended
+/// it if any, and the transaction status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    /// One per statement that completed (CommandComplete), in order.
+    pub results: Vec<QueryResult>,
+    /// The error that ended the query (the statements after it did not run).
+    pub error: Option<Notice>,
+    /// Notices the server sent along.
+    pub notices: Vec<Notice>,
+    /// The transaction status at ReadyForQuery.
+    pub status: TransactionStatus,
+}
+
+/// The result of one statement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueryResult {
+    /// Column names (none for a statement that returns no rows).
+    pub columns: Vec<String>,
+    /// Rows of text-format values; `None` is SQL NULL. COPY TO STDOUT rows are one value
+    /// each.
+    pub rows: Vec<Vec<Option<Bytes>>>,
+    /// The command tag: `SELECT 1`, `INSERT 0 1`, `CREATE ROLE`, ...
+    pub tag: String,
+}
+
+/// The transaction status at ReadyForQuery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransactionStatus {
+    /// Not in a transaction block.
+    Idle,
+    /// In a transaction block.
+    InTransaction,
+    /// In a failed transaction block (queries are refused until it ends).
+    Failed,
+}
+
+/// An ErrorResponse or NoticeResponse.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notice {
+    /// `ERROR`, `FATAL`, `PANIC`, `WARNING`, `NOTICE`, ... (not localized).
+    pub severity: String,
+    /// The SQLSTATE code: `28P01` (invalid password), `57014` (query cancelled), ...
+    pub code: String,
+    /// The primary message.
+    pub message: String,
+    /// The detail, if any.
+    pub detail: Option<String>,
+}
+
+impl fmt::Display for Notice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}: {}", self.severity, self.code, self.message)?;
+        if let Some(detail) = &self.detail {
+            write!(f, " ({detail})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Notice {}
+
+impl Notice {
+    /// Reads the fields of an ErrorResponse or NoticeResponse body.
+    pub fn parse(mut body: &[u8]) -> Result<Self, Malformed> {
+        let mut notice = Self {
+            severity: String::new(),
+            code: String::new(),
+            message: String::new(),
+            detail: None,
+        };
+        let mut localized = String::new();
+        loop {
+            let Some((&field, rest)) = body.split_first() else {
+                return Err(Malformed::Truncated(b'E'));
+            };
+            if field == 0 {
+                break;
+            }
+            let (value, rest) = cstr(rest).ok_or(Malformed::Truncated(b'E'))?;
+            let value = String::from_utf8_lossy(value).into_owned();
+            match field {
+                b'V' => notice.severity = value,
+                b'S' => localized = value,
+                b'C' => notice.code = value,
+                b'M' => notice.message = value,
+                b'D' => notice.detail = Some(value),
+                _ => {}
+            }
+            body = rest;
+        }
+        if notice.severity.is_empty() {
+            notice.severity = localized;
+        }
+        Ok(notice)
+    }
+
+    /// Whether the server refused the credentials (SQLSTATE class 28: invalid password,
+    /// no pg_hba.conf entry, role not permitted to log in, ...).
+    pub fn is_auth_failure(&self) -> bool {
+        self.code.starts_with("28")
+    }
+}
+
+/// A NUL-terminated string at the front of `input`, and what follows it.
+fn cstr(input: &[u8]) -> Option<(&[u8], &[u8])> {
+    let nul = input.iter().position(|&b| b == 0)?;
+    Some((&input[..nul], &input[nul + 1..]))
+}
+
+impl Response {
+    /// Reads a response payload: every message up to and including its ReadyForQuery, without
+    /// copying values.
+    pub fn parse(payload: &Bytes) -> Result<Self, Malformed> {
+        let mut response = Self {
+            results: Vec::new(),
+            error: None,
+            notices: Vec::new(),
+            status: TransactionStatus::Idle,
+        };
+        let mut current = QueryResult {
+            columns: Vec::new(),
+            rows: Vec::new(),
+            tag: String::new(),
+        };
+        let mut at = 0;
+        loop {
+            let (ty, len) = header(&payload[at..], usize::MAX, in_response)?
+                .filter(|(_, len)| payload.len() >= at + 5 + len)
+                .ok_or(Malformed::Incomplete)?;
+            let start = at + 5;
+            let body = &payload[start..start + len];
+            at = start + len;
+            match ty {
+                b'T' => current.columns = parse_row_description(body)?,
+                b'D' => current.rows.push(parse_data_row(payload, start, len)?),
+                b'd' => current
+                    .rows
+                    .push(vec![Some(payload.slice(start..start + len))]),
+                b'C' => {
+                    let (tag, _) = cstr(body).ok_or(Malformed::Truncated(ty))?;
+                    current.tag = String::from_utf8_lossy(tag).into_owned();
+                    response.results.push(std::mem::replace(
+                        &mut current,
+                        QueryResult {
+                            columns: Vec::new(),
+                            rows: Vec::new(),
+                            tag: String::new(),
+                        },
+                    ));
+                }
+                b'E' => response.error = Some(Notice::parse(body)?),
+                b'N' => response.notices.push(Notice::parse(body)?),
+                b'Z' => {
+                    response.status = match body[0] {
+                        b'I' => TransactionStatus::Idle,
+                        b'T' => TransactionStatus::InTransaction,
+                        b'E' => TransactionStatus::Failed,
+                        other => return Err(Malformed::BadStatus(other)),
+                    };
+                    if at != payload.len() {
+                        return Err(Malformed::Incomplete);
+                    }
+                    return Ok(response);
+                }
+                // EmptyQueryResponse, ParameterStatus, NotificationResponse, CopyOutResponse,
+                // CopyDone: nothing to keep.
+                _ => {}
+            }
+        }
+    }
+
+    /// The value at `row`, `column` of the first result; `None` for SQL NULL or if there is
+    /// no such value.
+    pub fn value(&self, row: usize, column: usize) -> Option<&[u8]> {
+        self.results.first()?.rows.get(row)?.get(column)?.as_deref()
+    }
+
+    /// The response, or the error that ended it.
+    pub fn into_result(self) -> Result<Self, Notice> {
+        match self.error {
+            Some(error) => Err(error),
+            None => Ok(self),
+        }
+    }
+}
+
+fn parse_row_description(mut body: &[u8]) -> Result<Vec<String>, Malformed> {
+    let truncated = Malformed::Truncated(b'T');
+    if body.len() < 2 {
+        return Err(truncated);
+    }
+    let count = body.get_i16();
+    let mut columns = Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(body.len()));
+    for _ in 0..count {
+        let (name, rest) = cstr(body).ok_or(truncated.clone())?;
+        if rest.len() < 18 {
+            return Err(truncated);
+        }
+        columns.push(String::from_utf8_lossy(name).into_owned());
+        body = &rest[18..];
+    }
+    Ok(columns)
+}
+
+fn parse_data_row(
+    payload: &Bytes,
+    start: usize,
+    len: usize,
+) -> Result<Vec<Option<Bytes>>, Malformed> {
+    let truncated = Malformed::Truncated(b'D');
+    let end = start + len;
+    let mut at = start;
+    let count = payload
+        .get(at..at + 2)
+        .map(|b| i16::from_be_bytes([b[0], b[1]]))
+        .ok_or(truncated.clone())?;
+    at += 2;
+    let mut row = Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(len));
+    for _ in 0..count {
+        let n = payload
+            .get(at..at + 4)
+            .filter(|_| at + 4 <= end)
+            .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+            .ok_or(truncated.clone())?;
+        at += 4;
+        if n < 0 {
+            row.push(None);
+            continue;
+        }
+        let n = n as usize;
+        if at + n > end {
+            return Err(truncated);
+        }
+        row.push(Some(payload.slice(at..at + n)));
+        at += n;
+    }
+    Ok(row)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Startup
+
+/// The startup handshake as a [`HandshakeHook`]: protocol 3.0, then trust or a clear-text
+/// password, up to ReadyForQuery.
+///
+/// Cheap to clone (the settings are shared). [`Startup::step`] is the exchange without I/O,
+/// for callers that own a blocking socket.
+///
+/// ```no_run
+/// # async fn run(runtime: std::sync::Arc<dyn keepwire_driver::Runtime>) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use keepwire_driver::{ClientBuilder, Config, Target};
+/// use keepwire_tests::protocols::postgres::{Postgres, Response, Startup};
+///
+/// let client = ClientBuilder::new(Config::default())
+///     .node("127.0.0.1:5432".parse()?)
+///     .codec(Postgres::new())
+///     .handshake(Startup::new("app", "appdb").password("secret"))
+///     .build(runtime)?;
+/// let payload = client.send(Target::Best, "SELECT now()", Duration::from_secs(2)).await?;
+/// let response = Response::parse(&payload)?.into_result()?;
+/// println!("{:?}", response.value(0, 0));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Startup {
+    settings: Arc<Settings>,
+}
+
+#[derive(Clone, Debug)]
+struct Settings {
+    user: String,
+    database: String,
+    password: Option<String>,
+    application_name: String,
+}
+
+/// What to do next in the startup exchange ([`Startup::step`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Read more bytes from the server into the buffer.
+    Read,
+    /// Send these bytes (a password), then call [`Startup::step`] again.
+    Send(Bytes),
+    /// The server is ready for queries: the connection is set up.
+    Ready,
+}
+
+impl Startup {
+    /// Connects as `user` to `database`, with no password (trust).
+    pub fn new(user: impl Into<String>, database: impl Into<String>) -> Self {
+        Self {
+            settings: Arc::new(Settings {
+                user: user.into(),
+                database: database.into(),
+                password: None,
+                application_name: "keepwire".to_owned(),
+            }),
+        }
+    }
+
+    /// Sends `password` when the server asks for a clear-text one.
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        Arc::make_mut(&mut self.settings).password = Some(password.into());
+        self
+    }
+
+    /// The `application_name` the server shows for the session (default `keepwire`).
+    pub fn application_name(mut self, name: impl Into<String>) -> Self {
+        Arc::make_mut(&mut self.settings).application_name = name.into();
+        self
+    }
+
+    /// The startup message, the first thing sent.
+    pub fn message(&self) -> Bytes {
+        let s = &self.settings;
+        let params = [
+            ("user", s.user.as_str()),
+            ("database", s.database.as_str()),
+            ("application_name", s.application_name.as_str()),
+            ("client_encoding", "UTF8"),
+        ];
+        let len = 9 + params
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 2)
+            .sum::<usize>();
+        let mut message = BytesMut::with_capacity(len);
+        message.put_i32(len as i32);
+        message.put_i32(PROTOCOL_VERSION);
+        for (key, value) in params {
+            message.put_slice(key.as_bytes());
+            message.put_u8(0);
+            message.put_slice(value.as_bytes());
+            message.put_u8(0);
+        }
+        message.put_u8(0);
+        message.freeze()
+    }
+
+    /// The exchange after the startup message, without I/O: takes the complete messages the
+    /// server sent off the front of `received` and says what to do next. A server that
+    /// refuses the credentials (SQLSTATE class 28), or asks for a password when none is set,
+    /// is an authentication failure ([`HandshakeError::is_auth`]); anything else that stops
+    /// the startup (an unsupported method, "the database system is starting up", garbage) is
+    /// a plain handshake failure.
+    pub fn step(&self, received: &mut BytesMut) -> Result<Step, HandshakeError> {
+        loop {
+            let Some((ty, body)) = header(received, MAX_STARTUP_MESSAGE, in_startup)
+                .map_err(|e| HandshakeError::failed(format!("during startup: {e}")))?
+                .filter(|(_, len)| received.len() >= 5 + len)
+            else {
+                return Ok(Step::Read);
+            };
+            received.advance(5);
+            let body = received.split_to(body);
+            match ty {
+                b'R' => {
+                    if let Some(reply) = self.authenticate(&body)? {
+                        return Ok(Step::Send(reply));
+                    }
+                }
+                b'E' => {
+                    let notice = Notice::parse(&body)
+                        .map_err(|e| HandshakeError::failed(format!("during startup: {e}")))?;
+                    return Err(if notice.is_auth_failure() {
+                        HandshakeError::auth(notice.to_string())
+                    } else {
+                        HandshakeError::failed(notice.to_string())
+                    });
+                }
+                b'Z' if received.is_empty() => return Ok(Step::Ready),
+                b'Z' => {
+                    return Err(HandshakeError::failed(
+                        "the server sent bytes after ReadyForQuery",
+                    ));
+                }
+                // ParameterStatus, BackendKeyData, NoticeResponse, NegotiateProtocolVersion:
+                // nothing to answer.
+                _ => {}
+            }
+        }
+    }
+
+    /// The answer to an authentication request, if it needs one.
+    fn authenticate(&self, mut body: &[u8]) -> Result<Option<Bytes>, HandshakeError> {
+        if body.len() < 4 {
+            return Err(HandshakeError::failed("a truncated authentication request"));
+        }
+        match body.get_i32() {
+            0 => Ok(None), // AuthenticationOk
+            3 => match &self.settings.password {
+                Some(password) => {
+                    let mut message = BytesMut::with_capacity(password.len() + 6);
+                    message.put_u8(b'p');
+                    message.put_i32((password.len() + 5) as i32);
+                    message.put_slice(password.as_bytes());
+                    message.put_u8(0);
+                    Ok(Some(message.freeze()))
+                }
+                None => Err(HandshakeError::auth(format!(
+                    "the server asks user {:?} for a password and none is set",
+                    self.settings.user
+                ))),
+            },
+            other => Err(HandshakeError::failed(format!(
+                "authentication method {other} is not supported (this client speaks trust and \
+                 clear-text password)"
+            ))),
+        }
+    }
+
+    /// Runs the startup on a connection being set up (what the hook does).
+    pub async fn run(&self, mut io: HandshakeIo) -> Result<HandshakeIo, HandshakeError> {
+        io.write_all(&self.message()).await?;
+        let mut received = BytesMut::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            match self.step(&mut received)? {
+                Step::Ready => return Ok(io),
+                Step::Send(reply) => io.write_all(&reply).await?,
+                Step::Read => {
+                    let n = io.read(&mut chunk).await?;
+                    if n == 0 {
+                        return Err(HandshakeError::failed(
+                            "the server closed the connection during startup",
+                        ));
+                    }
+                    received.extend_from_slice(&chunk[..n]);
+                }
+            }
+        }
+    }
+}
+
+impl HandshakeHook for Startup {
+    fn handshake(
+        &self,
+        io: HandshakeIo,
+    ) -> BoxFuture<'static, Result<HandshakeIo, HandshakeError>> {
+        let startup = self.clone();
+        Box::pin(async move { startup.run(io).await })
+    }
+}
+
+/// Message types the startup may receive.
+fn in_startup(ty: u8) -> Result<(), Malformed> {
+    match ty {
+        b'R' | b'E' | b'S' | b'K' | b'N' | b'v' | b'Z' => Ok(()),
+        other => Err(Malformed::Unexpected(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(ty: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![ty];
+        m.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+
+    fn row_description(names: &[&str]) -> Vec<u8> {
+        let mut body = (names.len() as i16).to_be_bytes().to_vec();
+        for name in names {
+            body.extend_from_slice(name.as_bytes());
+            body.push(0);
+            body.extend_from_slice(&[0; 18]);
+        }
+        msg(b'T', &body)
+    }
+
+    fn data_row(values: &[Option<&str>]) -> Vec<u8> {
+        let mut body = (values.len() as i16).to_be_bytes().to_vec();
+        for value in values {
+            match value {
+                Some(v) => {
+                    body.extend_from_slice(&(v.len() as i32).to_be_bytes());
+                    body.extend_from_slice(v.as_bytes());
+                }
+                None => body.extend_from_slice(&(-1i32).to_be_bytes()),
+            }
+        }
+        msg(b'D', &body)
+    }
+
+    fn error(severity: &str, code: &str, message: &str) -> Vec<u8> {
+        let mut body = Vec::new();
+        for (field, value) in [
+            (b'S', severity),
+            (b'V', severity),
+            (b'C', code),
+            (b'M', message),
+        ] {
+            body.push(field);
+            body.extend_from_slice(value.as_bytes());
+            body.push(0);
+        }
+        body.push(0);
+        msg(b'E', &body)
+    }
+
+    fn complete(tag: &str) -> Vec<u8> {
+        msg(b'C', format!("{tag}\0").as_bytes())
+    }
+
+    fn ready(status: u8) -> Vec<u8> {
+        msg(b'Z', &[status])
+    }
+
+    /// Three responses: two statements in one query, an error, a notice and a NULL.
+    fn stream() -> Vec<u8> {
+        [
+            row_description(&["k", "v"]),
+            data_row(&[Some("a"), None]),
+            data_row(&[Some("b"), Some("2")]),
+            complete("SELECT 2"),
+            complete("CREATE ROLE"),
+            ready(b'I'),
+            msg(b'N', b"SNOTICE\0C00000\0Mhello\0\0"),
+            error("ERROR", "42601", "syntax error"),
+            ready(b'E'),
+            msg(b'S', b"application_name\0x\0"),
+            msg(b'I', b""),
+            ready(b'T'),
+        ]
+        .concat()
+    }
+
+    fn decode_all(decoder: &mut dyn Decoder, buf: &mut BytesMut) -> Result<Vec<Bytes>, Violation> {
+        let mut out = Vec::new();
+        while let Some(decoded) = decoder.decode(buf)? {
+            match decoded {
+                Decoded::Next(payload) => out.push(payload),
+                other => panic!("in order only: {other:?}"),
+            }
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn responses_are_cut_alike_whole_and_byte_by_byte() {
+        let wire = stream();
+        let whole = decode_all(
+            &mut *Postgres::new().decoder(),
+            &mut BytesMut::from(&wire[..]),
+        )
+        .unwrap();
+        assert_eq!(whole.len(), 3);
+        let mut decoder = Postgres::new().decoder();
+        let mut buf = BytesMut::new();
+        let mut bytewise = Vec::new();
+        for &b in &wire {
+            buf.put_u8(b);
+            bytewise.extend(decode_all(&mut *decoder, &mut buf).unwrap());
+        }
+        assert_eq!(bytewise, whole);
+        assert!(buf.is_empty());
+
+        let first = Response::parse(&whole[0]).unwrap();
+        assert_eq!(first.results.len(), 2);
+        assert_eq!(first.results[0].columns, ["k", "v"]);
+        assert_eq!(first.value(0, 0), Some(&b"a"[..]));
+        assert_eq!(first.value(0, 1), None, "NULL");
+        assert_eq!(first.value(1, 1), Some(&b"2"[..]));
+        assert_eq!(first.results[0].tag, "SELECT 2");
+        assert_eq!(first.results[1].tag, "CREATE ROLE");
+        assert_eq!(first.status, TransactionStatus::Idle);
+
+        let second = Response::parse(&whole[1]).unwrap();
+        assert_eq!(second.notices[0].message, "hello");
+        let err = second.into_result().unwrap_err();
+        assert_eq!(err.code, "42601");
+        assert_eq!(err.to_string(), "ERROR 42601: syntax error");
+
+        let third = Response::parse(&whole[2]).unwrap();
+        assert!(third.results.is_empty());
+        assert_eq!(third.status, TransactionStatus::InTransaction);
+    }
+
+    #[test]
+    fn a_slow_query_leaves_no_partial_bytes_between_messages() {
+        // RowDescription now, the rest later: the buffer is empty in between, so the
+        // slow-drip timer (which watches partial bytes) does not run during the query.
+        let mut decoder = Postgres::new().decoder();
+        let mut buf = BytesMut::from(&row_description(&["pg_sleep"])[..]);
+        assert_eq!(decoder.decode(&mut buf), Ok(None));
+        assert!(buf.is_empty());
+        buf.extend_from_slice(&[data_row(&[Some("")]), complete("SELECT 1"), ready(b'I')].concat());
+        let got = decode_all(&mut *decoder, &mut buf).unwrap();
+        assert_eq!(Response::parse(&got[0]).unwrap().results[0].tag, "SELECT 1");
+    }
+
+    #[test]
+    fn garbage_is_a_typed_violation() {
+        let cases: Vec<(Vec<u8>, Violation)> = vec![
+            (b"<html>".to_vec(), Violation::MalformedHeader),
+            (b"Q\0\0\0\x05x".to_vec(), Violation::MalformedHeader),
+            (b"T\0\0\0\x03".to_vec(), Violation::MalformedHeader),
+            (b"D\xff\xff\xff\xff".to_vec(), Violation::MalformedHeader),
+            (msg(b'Z', b"X"), Violation::MalformedHeader),
+            (msg(b'Z', b"II"), Violation::MalformedHeader),
+            // COPY FROM STDIN: the server would wait for data this client never sends.
+            (msg(b'G', b"\0\0\0"), Violation::MalformedHeader),
+            (msg(b'R', b"\0\0\0\0"), Violation::MalformedHeader),
+            (
+                b"D\x7f\xff\xff\xff".to_vec(),
+                Violation::FrameTooLong {
+                    len: 0x7fff_fffb,
+                    max: 16 * 1024 * 1024,
+                },
+            ),
+        ];
+        for (input, violation) in cases {
+            let got = decode_all(
+                &mut *Postgres::new().decoder(),
+                &mut BytesMut::from(&input[..]),
+            );
+            assert_eq!(got, Err(violation), "{input:?}");
+        }
+        // A response past the limit, over several messages.
+        let mut buf = BytesMut::new();
+        for _ in 0..4 {
+            buf.extend_from_slice(&data_row(&[Some(&"x".repeat(40))]));
+        }
+        let got = decode_all(&mut *Postgres::with_limits(100, 150).decoder(), &mut buf);
+        assert!(
+            matches!(got, Err(Violation::FrameTooLong { max: 150, .. })),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn an_announced_message_reserves_nothing() {
+        let mut buf = BytesMut::from(&b"D\0\xff\0\0\0\x01"[..]);
+        let capacity = buf.capacity();
+        assert_eq!(Postgres::new().decoder().decode(&mut buf), Ok(None));
+        assert_eq!((buf.capacity(), buf.len()), (capacity, 7));
+    }
+
+    #[test]
+    fn parse_refuses_what_does_not_hold_together() {
+        let truncated_row = [msg(b'D', b"\0\x01\0\0\0\x09ab"), ready(b'I')].concat();
+        assert_eq!(
+            Response::parse(&Bytes::from(truncated_row)),
+            Err(Malformed::Truncated(b'D'))
+        );
+        assert_eq!(
+            Response::parse(&Bytes::from(complete("SELECT 1"))),
+            Err(Malformed::Incomplete)
+        );
+        let trailing = [ready(b'I'), ready(b'I')].concat();
+        assert_eq!(
+            Response::parse(&Bytes::from(trailing)),
+            Err(Malformed::Incomplete)
+        );
+    }
+
+    #[test]
+    fn queries_are_framed_and_nul_is_refused() {
+        let mut wire = BytesMut::new();
+        Postgres::new()
+            .encode(b"SELECT 'a'", None, &mut wire)
+            .unwrap();
+        assert_eq!(&wire[..], b"Q\0\0\0\x0fSELECT 'a'\0");
+        assert!(matches!(
+            Postgres::new().encode(b"SELECT '\0'", None, &mut BytesMut::new()),
+            Err(EncodeError::Invalid(_))
+        ));
+    }
+
+    fn auth_request(code: i32) -> Vec<u8> {
+        msg(b'R', &code.to_be_bytes())
+    }
+
+    fn run(startup: &Startup, server: &[u8]) -> Result<Vec<Step>, HandshakeError> {
+        let mut buf = BytesMut::new();
+        let mut steps = Vec::new();
+        for &b in server {
+            buf.put_u8(b);
+            loop {
+                match startup.step(&mut buf)? {
+                    Step::Read => break,
+                    step => steps.push(step),
+                }
+            }
+        }
+        Ok(steps)
+    }
+
+    #[test]
+    fn startup_with_trust_and_with_a_clear_text_password() {
+        let trust = Startup::new("postgres", "postgres");
+        let message = trust.message();
+        assert_eq!(&message[4..8], &PROTOCOL_VERSION.to_be_bytes());
+        assert_eq!(
+            i32::from_be_bytes(message[..4].try_into().unwrap()) as usize,
+            message.len()
+        );
+        assert!(message.ends_with(b"client_encoding\0UTF8\0\0"));
+        let ok = [
+            auth_request(0),
+            msg(b'S', b"server_version\x0015.18\x00"),
+            msg(b'K', &[0; 8]),
+            ready(b'I'),
+        ]
+        .concat();
+        assert_eq!(run(&trust, &ok).unwrap(), [Step::Ready]);
+
+        let password = Startup::new("app", "db").password("secret");
+        let asked = [auth_request(3), auth_request(0), ready(b'I')].concat();
+        assert_eq!(
+            run(&password, &asked).unwrap(),
+            [
+                Step::Send(Bytes::from_static(b"p\0\0\0\x0bsecret\0")),
+                Step::Ready
+            ]
+        );
+        let no_password = run(&trust, &auth_request(3)).unwrap_err();
+        assert!(no_password.is_auth(), "{no_password}");
+    }
+
+    #[test]
+    fn startup_failures_say_whether_the_credentials_were_refused() {
+        let startup = Startup::new("app", "db").password("wrong");
+        let refused = [
+            auth_request(3),
+            error(
+                "FATAL",
+                "28P01",
+                "password authentication failed for user \"app\"",
+            ),
+        ]
+        .concat();
+        let e = run(&startup, &refused).unwrap_err();
+        assert!(e.is_auth());
+        assert_eq!(
+            e.to_string(),
+            "authentication failed: FATAL 28P01: password authentication failed for user \"app\""
+        );
+        let starting = error("FATAL", "57P03", "the database system is starting up");
+        let e = run(&startup, &starting).unwrap_err();
+        assert!(!e.is_auth(), "{e}");
+        let sasl = auth_request(10);
+        let e = run(&startup, &sasl).unwrap_err();
+        assert!(!e.is_auth() && e.to_string().contains("method 10"), "{e}");
+        let garbage = run(&startup, b"HTTP/1.1").unwrap_err();
+        assert!(!garbage.is_auth());
+        let huge = [b'R', 0x7f, 0, 0, 0];
+        assert!(run(&startup, &huge).is_err());
+    }
+}
