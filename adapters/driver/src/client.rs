@@ -19,7 +19,7 @@ use crate::runtime::Runtime;
 use crate::service::ClientService;
 use crate::socket::{OptionReport, SocketReadback};
 use crate::sync::{
-    Hub, HubHandle, Next, Outbox, ReplySender, Subscription, Ticket, TicketRef, command_queue,
+    Hub, HubHandle, Next, Outbox, ReplySender, SendKey, SendKeys, Subscription, command_queue,
     reply,
 };
 
@@ -130,6 +130,7 @@ impl ClientBuilder {
         Ok(Client {
             handle: Arc::new(Handle {
                 outbox,
+                send_keys: SendKeys::default(),
                 events,
                 readiness,
                 initial_nodes,
@@ -250,6 +251,7 @@ pub struct Client {
 struct Handle {
     /// The only strong sender of the driver's command queue.
     outbox: Outbox<Command>,
+    send_keys: SendKeys,
     events: HubHandle<ClientEvent>,
     readiness: Arc<Readiness>,
     initial_nodes: Vec<NodeId>,
@@ -287,23 +289,23 @@ impl Client {
         timeout: Duration,
     ) -> Result<Bytes, SendError> {
         let (reply, receiver) = reply();
-        let ticket = Arc::new(Ticket::default());
+        let key = self.handle.send_keys.next();
         let command = Command::Send {
             target,
             payload: payload.into(),
             timeout,
             reply,
-            ticket: Arc::clone(&ticket),
+            key,
         };
         if self.handle.push(command).is_err() {
             return Err(SendError::Shutdown);
         }
         let mut pending = CancelOnDrop {
-            ticket: Some(ticket),
+            key: Some(key),
             handle: &self.handle,
         };
         let result = receiver.await;
-        pending.ticket = None;
+        pending.key = None;
         result.unwrap_or(Err(SendError::Shutdown))
     }
 
@@ -454,18 +456,18 @@ fn entropy_seed() -> u64 {
     std::collections::hash_map::RandomState::new().hash_one(DRAWS.fetch_add(1, Ordering::Relaxed))
 }
 
-/// Cancels the request if the caller stops waiting before the response: hands the ticket
-/// back to the driver, behind the send itself in the queue.
+/// Cancels the request if the caller stops waiting before the response: sends the send's
+/// key back to the driver, behind the send itself in the queue.
 struct CancelOnDrop<'a> {
     /// `None` once the response (or the driver's verdict) arrived.
-    ticket: Option<TicketRef>,
+    key: Option<SendKey>,
     handle: &'a Handle,
 }
 
 impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
-        if let Some(ticket) = self.ticket.take() {
-            let _ = self.handle.push(Command::Abandon(ticket));
+        if let Some(key) = self.key.take() {
+            let _ = self.handle.push(Command::Abandon(key));
         }
     }
 }

@@ -14,7 +14,7 @@
 //! still read before the deadline when the timer fires, so the pool offers it again.
 
 use std::any::Any;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -37,7 +37,7 @@ use crate::handshake::{HandshakeError, HandshakeHook, HandshakeIo};
 use crate::ready::{Readiness, TargetState};
 use crate::runtime::{BoxFuture, IoStream, Runtime, Timer};
 use crate::socket::{OptionReport, PreparedSocket};
-use crate::sync::{Hub, Inbox, ReplySender, TicketRef, answer, poll_commands};
+use crate::sync::{Hub, IdMap, Inbox, ReplySender, SendKey, answer, poll_commands};
 use crate::telemetry::Telemetry;
 
 // Child modules (not siblings) so that the driver's fields stay private to the driver.
@@ -54,11 +54,11 @@ pub(crate) enum Command {
         payload: Bytes,
         timeout: Duration,
         reply: ReplySender<Result<Bytes, SendError>>,
-        /// Where the driver records the request the send became.
-        ticket: TicketRef,
+        /// The caller's name for this send, should it stop waiting.
+        key: SendKey,
     },
-    /// The caller of a send stopped waiting: cancel the request its ticket names, if any.
-    Abandon(TicketRef),
+    /// The caller of the send `key` stopped waiting: cancel its request, if it still runs.
+    Abandon(SendKey),
     AddNode(SocketAddr, ReplySender<NodeId>),
     Node {
         node: NodeId,
@@ -113,7 +113,9 @@ pub(crate) struct Driver {
     encoded: BytesMut,
     hook: Option<Arc<dyn HandshakeHook>>,
     conns: BTreeMap<ConnId, Conn>,
-    waiting: HashMap<RequestId, Waiting>,
+    waiting: IdMap<RequestId, Waiting>,
+    /// The running request of each send whose caller may still stop waiting.
+    sends: IdMap<SendKey, RequestId>,
     commands: Vec<Command>,
     timer: Option<Armed>,
     read_buf: Box<[u8]>,
@@ -136,6 +138,8 @@ struct Armed {
 #[derive(Debug)]
 struct Waiting {
     reply: ReplySender<Result<Bytes, SendError>>,
+    /// The caller's name for the send.
+    key: SendKey,
     /// The protocol id the request was framed with ([`Correlation::ById`]).
     protocol_id: Option<u64>,
 }
@@ -197,7 +201,8 @@ impl Driver {
             encoded: BytesMut::new(),
             hook,
             conns: BTreeMap::new(),
-            waiting: HashMap::new(),
+            waiting: IdMap::default(),
+            sends: IdMap::default(),
             commands: Vec::new(),
             timer: None,
             read_buf: vec![0; READ_CHUNK].into_boxed_slice(),
@@ -253,6 +258,7 @@ impl Driver {
                     ..
                 } => {
                     if let Some(waiting) = self.waiting.remove(&id) {
+                        self.sends.remove(&waiting.key);
                         answer(waiting.reply, result_of(outcome, sent, retried));
                         self.forget_id(id, waiting.protocol_id);
                     }
@@ -293,12 +299,12 @@ impl Driver {
                 payload,
                 timeout,
                 reply,
-                ticket,
-            } => self.submit(now, target, &payload, timeout, reply, &ticket),
-            Command::Abandon(ticket) => {
-                // Not submitted (the driver saw the caller gone first) or already ended is
-                // fine: nothing to cancel, or the outcome was delivered (and dropped) then.
-                if let Some(id) = ticket.request() {
+                key,
+            } => self.submit(now, target, &payload, timeout, reply, key),
+            Command::Abandon(key) => {
+                // Not submitted (refused, or the driver saw the caller gone first) or already
+                // ended is fine: nothing to cancel.
+                if let Some(id) = self.sends.remove(&key) {
                     let _ = self.pool.cancel(now, id);
                 }
             }
@@ -367,7 +373,7 @@ impl Driver {
         payload: &[u8],
         timeout: Duration,
         reply: ReplySender<Result<Bytes, SendError>>,
-        ticket: &TicketRef,
+        key: SendKey,
     ) {
         if reply.is_closed() {
             // The caller already left; its abandonment, queued behind this, finds no request.
@@ -404,8 +410,12 @@ impl Driver {
                 if let Some(protocol_id) = protocol_id {
                     self.ids.insert(protocol_id, submitted);
                 }
-                ticket.submitted(submitted);
-                let waiting = Waiting { reply, protocol_id };
+                self.sends.insert(key, submitted);
+                let waiting = Waiting {
+                    reply,
+                    key,
+                    protocol_id,
+                };
                 self.waiting.insert(submitted, waiting);
             }
             Err(e) => answer(reply, Err(e.into())),
@@ -677,6 +687,7 @@ impl Driver {
         for (_, waiting) in self.waiting.drain() {
             answer(waiting.reply, Err(SendError::Shutdown));
         }
+        self.sends.clear();
         self.conns.clear();
         // Dropping the leftover commands drops their replies: callers read `Shutdown`.
         self.inbox.close();

@@ -4,11 +4,11 @@
 //! call, and the event fan-out. What is left here is a thin adapter that gives them keepwire's
 //! semantics:
 //!
-//! - **Cancel on drop.** A caller that stops waiting for a request hands its [`Ticket`] back
-//!   to the driver, which cancels the request the ticket names. The driver alone writes and
-//!   reads the ticket, and a caller's commands reach it in the order they were sent (the
-//!   queue is FIFO per sender), so the send is always handled before its abandonment: no
-//!   race between the two sides.
+//! - **Cancel on drop.** Each send carries a [`SendKey`] its caller drew; a caller that stops
+//!   waiting sends the key back, and the driver cancels the request it submitted under that
+//!   key, if it is still running. A caller's commands reach the driver in the order they
+//!   were sent (the queue is FIFO), so the send is always handled before its abandonment: no
+//!   race between the two sides, and no shared state but the queue.
 //! - **Drop-oldest fan-out with a missed count.** A subscriber that falls behind loses the
 //!   oldest events and reads how many ([`Next::Missed`]), then carries on from the oldest
 //!   still kept (tokio's `broadcast` lag semantics).
@@ -16,11 +16,11 @@
 //!   shutdown. The event sender lives in the driver, which drops it when it stops, so every
 //!   subscription ends (after reading what is queued) and a later one ends at once.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
-use keepwire_proto::RequestId;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 /// The driver's end of the command queue.
@@ -48,34 +48,47 @@ pub(crate) fn answer<T>(reply: ReplySender<T>, value: T) {
     let _ = reply.send(value);
 }
 
-/// Which request a send became, so that a caller who stops waiting can have it cancelled.
-///
-/// Written and read by the driver only (it records the id when it submits, and reads it when
-/// the caller hands the ticket back); the caller merely carries it. The atomics make it
-/// `Sync`, not a synchronisation point: the command queue orders the two accesses.
+/// A caller's name for one send: the caller does not know the request id the driver will
+/// give it, but can name the send when it stops waiting. Unique per client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct SendKey(u64);
+
+/// Draws send keys (one counter per client).
 #[derive(Debug, Default)]
-pub(crate) struct Ticket {
-    submitted: AtomicBool,
-    id: AtomicU64,
-}
+pub(crate) struct SendKeys(AtomicU64);
 
-impl Ticket {
-    /// Records the request the send became.
-    pub(crate) fn submitted(&self, id: RequestId) {
-        self.id.store(id.as_u64(), Ordering::Relaxed);
-        self.submitted.store(true, Ordering::Relaxed);
-    }
-
-    /// The request to cancel, if the send was submitted.
-    pub(crate) fn request(&self) -> Option<RequestId> {
-        self.submitted
-            .load(Ordering::Relaxed)
-            .then(|| RequestId::from_u64(self.id.load(Ordering::Relaxed)))
+impl SendKeys {
+    pub(crate) fn next(&self) -> SendKey {
+        SendKey(self.0.fetch_add(1, Ordering::Relaxed))
     }
 }
 
-/// A shared ticket, as a send and its abandonment carry it.
-pub(crate) type TicketRef = Arc<Ticket>;
+/// A map keyed by ids keepwire makes itself (send keys, request ids): hashed with one
+/// multiplication, since no peer chooses them (SipHash's defence against chosen keys buys
+/// nothing here and costs on every request).
+pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+
+/// The hasher of [`IdMap`]: Fibonacci hashing of the key's 64 bits.
+#[derive(Debug, Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
 
 /// The driver's end of the event fan-out.
 #[derive(Debug)]
@@ -198,11 +211,17 @@ mod tests {
     }
 
     #[test]
-    fn a_ticket_names_its_request_once_submitted() {
-        let ticket = Ticket::default();
-        assert_eq!(ticket.request(), None);
-        ticket.submitted(RequestId::from_u64(u64::MAX));
-        assert_eq!(ticket.request(), Some(RequestId::from_u64(u64::MAX)));
+    fn send_keys_are_distinct_and_id_maps_find_them() {
+        let keys = SendKeys::default();
+        let [a, b] = [keys.next(), keys.next()];
+        assert_ne!(a, b);
+        let mut map = IdMap::default();
+        map.insert(a, 1);
+        map.insert(b, 2);
+        assert_eq!((map.get(&a), map.get(&b)), (Some(&1), Some(&2)));
+        let mut hasher = IdHasher::default();
+        hasher.write(&[1, 2, 3]);
+        assert_ne!(hasher.finish(), IdHasher::default().finish());
     }
 
     #[test]
