@@ -112,7 +112,22 @@ async fn an_eviction_is_an_info_with_its_reason(runtime: Arc<dyn Runtime>) {
         evicted.span_field("keepwire_node", "addr"),
         Some(&*peer.addr().to_string())
     );
-    assert!(evicted.span_field("keepwire_conn", "conn").is_some());
+    let evicted_conn = evicted.span_field("keepwire_conn", "conn");
+    assert!(evicted_conn.is_some());
+    // The close it caused is filed under the same connection, not the next one.
+    let closed = events
+        .iter()
+        .find(|e| e.message == "connection closed" && e.fields["kind"] == "evicted")
+        .expect("the evicted connection's close");
+    assert_eq!(closed.level, Level::DEBUG);
+    assert_eq!(closed.span_field("keepwire_conn", "conn"), evicted_conn);
+    let connects: Vec<_> = events
+        .iter()
+        .filter(|e| e.message == "connecting")
+        .map(|e| e.span_field("keepwire_conn", "conn"))
+        .collect();
+    assert_eq!(connects.len(), 2, "the second ping reconnected");
+    assert_ne!(connects[0], connects[1], "each connection has its own span");
 }
 
 async fn a_quarantine_is_a_warning_with_its_cause(runtime: Arc<dyn Runtime>) {

@@ -239,14 +239,20 @@ mod trace {
         /// The node's latest connection and its span (kept after a close, so that the events
         /// the close causes are still filed under it, until the next connection).
         conn: Option<(ConnId, Span)>,
+        /// A connection opened but whose attempt the pool has not announced yet: the driver
+        /// performs the pool's actions before it hands out its events, so the events of the
+        /// previous connection's close may still come, and belong to that one.
+        next: Option<(ConnId, Span)>,
     }
 
     impl NodeSpans {
-        /// The span of `conn` if it is the node's latest connection, else the node's.
+        /// The span of `conn` if it is the node's latest or next connection; with no
+        /// connection named, the latest one's; else the node's.
         fn for_conn(&self, conn: Option<ConnId>) -> &Span {
-            match (&self.conn, conn) {
-                (Some((latest, span)), Some(conn)) if *latest == conn => span,
-                (Some((_, span)), None) => span,
+            match (conn, &self.conn, &self.next) {
+                (Some(conn), Some((latest, span)), _) if *latest == conn => span,
+                (Some(conn), _, Some((next, span))) if *next == conn => span,
+                (None, Some((_, span)), _) => span,
                 _ => &self.span,
             }
         }
@@ -281,7 +287,14 @@ mod trace {
                 addr = addr.map(tracing::field::display),
             );
             tracing::debug!(target: "keepwire", parent: &span, "node added");
-            self.nodes.insert(node, NodeSpans { span, conn: None });
+            self.nodes.insert(
+                node,
+                NodeSpans {
+                    span,
+                    conn: None,
+                    next: None,
+                },
+            );
         }
 
         pub(super) fn action(&mut self, action: &Action) {
@@ -303,7 +316,7 @@ mod trace {
                 setup_deadline_ns = deadline.as_nanos(),
                 "opening a connection"
             );
-            node.conn = Some((*conn, span));
+            node.next = Some((*conn, span));
         }
 
         pub(super) fn event(&mut self, event: &Event) {
@@ -442,6 +455,14 @@ mod trace {
                 (NodeState::Ready, _) => (Level::DEBUG, "ready"),
                 _ => (Level::DEBUG, "state changed"),
             };
+            if to.is_connecting() {
+                // The attempt the pool announces now is the connection opened last.
+                if let Some(spans) = self.nodes.get_mut(&node) {
+                    if let Some(next) = spans.next.take() {
+                        spans.conn = Some(next);
+                    }
+                }
+            }
             let span = self.conn_span(node, None);
             event_at!(
                 level,
