@@ -2,7 +2,8 @@
 //!
 //! Support for keepwire's cross-crate tests: loopback [`peers`], the real-kernel half-open
 //! helper ([`netns`]), the three [`runtimes`] behind one trait, small async helpers that work
-//! on every runtime, and [`sim`], a deterministic simulator of kernels, links and servers
+//! on every runtime, a tracing subscriber and a metrics recorder that keep what they see
+//! ([`collect`]), and [`sim`], a deterministic simulator of kernels, links and servers
 //! around the real `Pool` (with the incident replays and the chaos runs). The tests live in
 //! `tests/real_*.rs` (real sockets, every runtime) and `tests/sim_*.rs` (simulated clock,
 //! keepwire-proto only: [`sim`], and for `sim_availability.rs` the older scripted simulator in
@@ -13,6 +14,7 @@
 #![allow(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod collect;
 pub mod netns;
 pub mod peers;
 pub mod protocols;
@@ -277,6 +279,23 @@ macro_rules! test_on_every_runtime {
         }
         mod on_async_std {
             $( #[test] fn $case() { <$crate::AsyncStd as $crate::TestRuntime>::run(super::$case) } )*
+        }
+    };
+}
+
+/// Like [`test_on_every_runtime!`], with every task (the driver included) polled on the test's
+/// thread: for bodies that install a thread-local tracing subscriber or metrics recorder.
+#[macro_export]
+macro_rules! test_on_this_thread_on_every_runtime {
+    ($($case:ident),* $(,)?) => {
+        mod on_tokio {
+            $( #[test] fn $case() { <$crate::Tokio as $crate::TestRuntime>::run_on_this_thread(super::$case) } )*
+        }
+        mod on_smol {
+            $( #[test] fn $case() { <$crate::Smol as $crate::TestRuntime>::run_on_this_thread(super::$case) } )*
+        }
+        mod on_async_std {
+            $( #[test] fn $case() { <$crate::AsyncStd as $crate::TestRuntime>::run_on_this_thread(super::$case) } )*
         }
     };
 }

@@ -230,7 +230,7 @@ impl SendError {
     }
 }
 
-/// A `SendError` as an [`io::Error`](std::io::Error) of the matching kind
+/// A `SendError` as an [`io::Error`] of the matching kind
 /// ([`SendError::io_kind`]), keeping the `SendError` as its source: `?` works in code that
 /// returns `io::Result`, and `err.get_ref()` gets the typed error back.
 impl From<SendError> for io::Error {

@@ -7,9 +7,9 @@ use std::future::{Future, poll_fn};
 use std::io;
 
 use keepwire_proto::ConnId;
-use socket2::SockRef;
 
 use crate::runtime::{BoxFuture, IoStream};
+use crate::socket::SocketRef;
 
 /// Runs the handshake on a freshly connected stream and hands the stream back when done.
 ///
@@ -115,8 +115,9 @@ impl HandshakeIo {
         Ok(())
     }
 
-    /// The socket, for reading or setting options.
-    pub fn socket(&self) -> SockRef<'_> {
+    /// The socket, for reading its options back ([`SocketRef::read_back`]), or, through
+    /// `socket2::SockRef::from(&io.socket())`, for setting one the hook needs.
+    pub fn socket(&self) -> SocketRef<'_> {
         self.stream.socket()
     }
 }

@@ -109,6 +109,7 @@ impl Driver {
     /// One vectored write of the frames handed out for `conn`, reported to the pool; whether
     /// bytes moved (or the connection ended).
     fn write(&mut self, cx: &mut Context<'_>, conn: ConnId) -> bool {
+        self.telemetry.touched(conn.node());
         let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
             // The pool hands out only established connections, and those are open here.
             // Should one not be, report nothing written: it stays blocked until it closes.
@@ -171,6 +172,7 @@ impl Driver {
                 Poll::Ready(Ok(n)) => {
                     open.inbound.extend_from_slice(&self.read_buf[..n]);
                     moved = true;
+                    self.telemetry.touched(conn.node());
                     if !self.decode(now, conn) {
                         return true;
                     }
@@ -197,7 +199,7 @@ impl Driver {
                 Ok(decoded) => decoded,
                 Err(message) => {
                     // The buffer's state is unknown: only closing the connection is safe.
-                    self.publish(&ClientEvent::CodecPanicked { conn, message });
+                    self.publish(ClientEvent::CodecPanicked { conn, message });
                     self.violated(now, conn, Violation::Undecodable);
                     return false;
                 }
