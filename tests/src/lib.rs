@@ -2,7 +2,8 @@
 //!
 //! Support for keepwire's cross-crate tests: loopback [`peers`], the real-kernel half-open
 //! helper ([`netns`]), the three [`runtimes`] behind one trait, small async helpers that work
-//! on every runtime, [`tls`] (test certificates and loopback TLS servers), and [`sim`], a
+//! on every runtime, a tracing subscriber and a metrics recorder that keep what they see
+//! ([`collect`]), [`tls`] (test certificates and loopback TLS servers), and [`sim`], a
 //! deterministic simulator of kernels, links and servers around the real `Pool` (with the
 //! incident replays and the chaos runs). The tests live in
 //! `tests/real_*.rs` (real sockets, every runtime) and `tests/sim_*.rs` (simulated clock,
@@ -14,6 +15,7 @@
 #![allow(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod collect;
 pub mod netns;
 pub mod peers;
 pub mod protocols;
@@ -308,6 +310,23 @@ macro_rules! test_tls_on_every_runtime {
                     super::$case(runtime, $crate::tls::TlsOn::AsyncStd)
                 })
             } )*
+        }
+    };
+}
+
+/// Like [`test_on_every_runtime!`], with every task (the driver included) polled on the test's
+/// thread: for bodies that install a thread-local tracing subscriber or metrics recorder.
+#[macro_export]
+macro_rules! test_on_this_thread_on_every_runtime {
+    ($($case:ident),* $(,)?) => {
+        mod on_tokio {
+            $( #[test] fn $case() { <$crate::Tokio as $crate::TestRuntime>::run_on_this_thread(super::$case) } )*
+        }
+        mod on_smol {
+            $( #[test] fn $case() { <$crate::Smol as $crate::TestRuntime>::run_on_this_thread(super::$case) } )*
+        }
+        mod on_async_std {
+            $( #[test] fn $case() { <$crate::AsyncStd as $crate::TestRuntime>::run_on_this_thread(super::$case) } )*
         }
     };
 }

@@ -9,11 +9,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use keepwire_async_std::AsyncStdRuntime;
-use keepwire_driver::{BoxFuture, IoStream, Runtime, Timer};
+use keepwire_driver::{BoxFuture, IoStream, PreparedSocket, Runtime, Timer};
 use keepwire_smol::SmolRuntime;
 use keepwire_tokio::TokioRuntime;
 use smol::Executor;
-use socket2::Socket;
 
 /// A runtime a test body can run on.
 pub trait TestRuntime {
@@ -146,7 +145,7 @@ impl Runtime for SpawnHere {
 
     fn connect(
         &self,
-        socket: Socket,
+        socket: PreparedSocket,
         addr: SocketAddr,
     ) -> BoxFuture<'static, std::io::Result<Box<dyn IoStream>>> {
         self.inner.connect(socket, addr)

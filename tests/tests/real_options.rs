@@ -27,8 +27,10 @@ struct SeenOptions {
     recv_buffer: Option<usize>,
 }
 
+/// Through the application's own socket2: keepwire's `SocketRef` is `AsFd`.
 fn read_options(io: &HandshakeIo) -> SeenOptions {
-    let socket = io.socket();
+    let socket_ref = io.socket();
+    let socket = socket2::SockRef::from(&socket_ref);
     SeenOptions {
         nodelay: socket.tcp_nodelay().ok(),
         keepalive: socket.keepalive().ok(),

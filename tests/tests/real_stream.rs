@@ -8,15 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use keepwire_driver::{LengthPrefixed, Runtime};
+use keepwire_driver::{LengthPrefixed, PreparedSocket, Runtime, SocketOptions};
 use keepwire_proto::RequestId;
 use keepwire_tests::peers::{Behaviour, Peer};
 use keepwire_tests::{test_on_every_runtime, within};
-use socket2::{Domain, Protocol, Socket, Type};
 
 async fn a_vectored_write_sends_every_slice_in_order(runtime: Arc<dyn Runtime>) {
     let peer = Peer::start(Behaviour::Echo);
-    let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+    let (socket, _) = PreparedSocket::new(peer.addr(), &SocketOptions::default()).unwrap();
     let mut stream = runtime.connect(socket, peer.addr()).await.unwrap();
     let frames: Vec<Bytes> = (0..3u64)
         .map(|id| LengthPrefixed::frame(id, format!("frame {id}").as_bytes()).unwrap())

@@ -9,6 +9,12 @@
 //! thin as `keepwire-smol`, for applications that still run on async-std; new code should
 //! use `keepwire-smol` (both share the same async-io reactor).
 //!
+//! The async-io pieces (timer, stream, connect) are keepwire-driver's
+//! [`async_io`] module, shared with keepwire-smol: async-std runs
+//! on the same reactor, so this crate only spawns the driver on async-std's executor.
+//! Features: `tracing` (on by default), `metrics` and `tower`, as keepwire-driver describes
+//! them.
+//!
 //! ```no_run
 //! # fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
@@ -36,31 +42,25 @@
 #[cfg(feature = "tls")]
 pub mod tls;
 
-use std::future::Future;
-use std::io::{self, IoSlice};
+use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
-use async_io::{Async, Timer as AsyncIoTimer};
-use async_std::io::{Read, Write};
-use async_std::net::TcpStream;
 pub use keepwire_driver::*;
-use socket2::{SockRef, Socket};
 
-/// The async-std [`Runtime`]: async-std tasks and streams, async-io timers (the reactor
+/// The async-std [`Runtime`]: async-std tasks, async-io timers and streams (the reactor
 /// async-std itself runs on).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AsyncStdRuntime;
 
 impl Runtime for AsyncStdRuntime {
     fn now(&self) -> Instant {
-        Instant::now()
+        async_io::now()
     }
 
     fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn Timer>> {
-        Box::pin(Sleep(AsyncIoTimer::at(deadline)))
+        async_io::new_timer(deadline)
     }
 
     fn spawn(&self, future: BoxFuture<'static, ()>) {
@@ -69,21 +69,10 @@ impl Runtime for AsyncStdRuntime {
 
     fn connect(
         &self,
-        socket: Socket,
+        socket: PreparedSocket,
         addr: SocketAddr,
     ) -> BoxFuture<'static, io::Result<Box<dyn IoStream>>> {
-        Box::pin(async move {
-            // async-std has no "wait until writable": connect through async-io, then hand the
-            // connected socket to async-std.
-            let connected_now = begin_connect(&socket, addr)?;
-            let pending = Async::new(std::net::TcpStream::from(socket))?;
-            if !connected_now {
-                pending.writable().await?;
-                finish_connect(&SockRef::from(&pending))?;
-            }
-            let stream = TcpStream::from(pending.into_inner()?);
-            Ok(Box::new(AsyncStdStream(stream)) as Box<dyn IoStream>)
-        })
+        async_io::connect(socket, addr)
     }
 }
 
@@ -94,41 +83,3 @@ pub fn client(config: Config) -> AsyncStdClientBuilder {
 
 /// A [`ClientBuilder`] bound to [`AsyncStdRuntime`].
 pub type AsyncStdClientBuilder = BoundClientBuilder<AsyncStdRuntime>;
-
-#[derive(Debug)]
-struct Sleep(AsyncIoTimer);
-
-impl Timer for Sleep {
-    fn reset(self: Pin<&mut Self>, deadline: Instant) {
-        self.get_mut().0.set_at(deadline);
-    }
-
-    fn poll_fire(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        Pin::new(&mut self.get_mut().0).poll(cx).map(drop)
-    }
-}
-
-#[derive(Debug)]
-struct AsyncStdStream(TcpStream);
-
-impl IoStream for AsyncStdStream {
-    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-
-    fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        &mut self,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
-    }
-
-    fn socket(&self) -> SockRef<'_> {
-        SockRef::from(&self.0)
-    }
-}

@@ -31,9 +31,8 @@ use futures_rustls::TlsConnector;
 use futures_rustls::client::TlsStream;
 pub use keepwire_driver::tls::*;
 use keepwire_driver::{
-    BufferedLayer, HandshakeError, HandshakeHook, HandshakeIo, IoStream, KernelAccounted,
+    BufferedLayer, HandshakeError, HandshakeHook, HandshakeIo, IoStream, KernelAccounted, SocketRef,
 };
-use socket2::SockRef;
 
 /// A [`HandshakeHook`] that runs a TLS handshake with `config` on every new connection.
 pub fn handshake(config: TlsConfig) -> impl HandshakeHook {
@@ -47,7 +46,7 @@ pub fn handshake(config: TlsConfig) -> impl HandshakeHook {
 /// as its stream. A certificate that does not verify, or a server that rejects ours, is a
 /// [`HandshakeError::certificate`]; any other failure [`HandshakeError::failed`].
 pub async fn connect(config: &TlsConfig, io: HandshakeIo) -> Result<HandshakeIo, HandshakeError> {
-    let peer = io.socket().peer_addr().ok().and_then(|a| a.as_socket());
+    let peer = io.socket().peer_addr().ok();
     let name = config.server_name_for(peer)?;
     let connector = TlsConnector::from(Arc::clone(config.rustls()));
     io.upgrade(|stream| async move {
@@ -78,7 +77,7 @@ impl BufferedLayer for FuturesTls {
         Pin::new(&mut self.0).poll_flush(cx)
     }
 
-    fn socket(&self) -> SockRef<'_> {
+    fn socket(&self) -> SocketRef<'_> {
         self.0.get_ref().0.0.socket()
     }
 }
@@ -122,7 +121,7 @@ impl AsyncWrite for Compat {
     }
 
     fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let _ = self.0.socket().shutdown(std::net::Shutdown::Write);
+        // keepwire never shuts a connection down half-way: dropping the stream closes it.
         Poll::Ready(Ok(()))
     }
 }

@@ -1,24 +1,27 @@
 //! The application's side: [`ClientBuilder`], the cloneable [`Client`] handle and the
 //! [`Events`] stream. Every call is a command to the one driver task that owns the pool and
-//! the sockets; results come back through a per-call reply slot.
+//! the sockets; results come back through a per-call reply.
 
 use std::fmt;
-use std::future::poll_fn;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
 use keepwire_proto::{Config, ConnId, Counters, Event, HandleError, NodeId, NodeState, Target};
 
 use crate::codec::{Codec, LengthPrefixed};
-use crate::driver::{Command, Driver, NodeOp, Shared};
+use crate::driver::{Command, Driver, DriverChannels, NodeOp};
 use crate::error::{BuildError, CommandError, SendError};
 use crate::handshake::{HandshakeError, HandshakeHook};
+use crate::ready::Readiness;
 use crate::runtime::Runtime;
+use crate::service::ClientService;
 use crate::socket::{OptionReport, SocketReadback};
-use crate::sync::{Next, ReplyReceiver, Subscription, reply};
+use crate::sync::{
+    Hub, HubHandle, Next, Outbox, ReplySender, SendKey, SendKeys, Subscription, command_queue,
+    reply,
+};
 
 /// Builds a [`Client`]: a keepwire [`Config`], driver options and the initial nodes.
 pub struct ClientBuilder {
@@ -88,7 +91,8 @@ impl ClientBuilder {
     }
 
     /// How many events each [`Events`] subscriber may have unread before the oldest are
-    /// dropped (and counted in [`ClientEvent::Missed`]). Default 1024.
+    /// dropped (and counted in [`ClientEvent::Missed`]), rounded up to a power of two.
+    /// Default 1024.
     pub fn event_capacity(mut self, capacity: usize) -> Self {
         self.event_capacity = capacity;
         self
@@ -102,14 +106,21 @@ impl ClientBuilder {
         if self.config.handshake && self.hook.is_none() {
             return Err(BuildError::MissingHandshakeHook);
         }
-        let shared = Arc::new(Shared::new(self.event_capacity));
+        let (outbox, inbox) = command_queue();
+        let (hub, events) = Hub::new(self.event_capacity);
+        let readiness = Arc::new(Readiness::default());
         let mut config = self.config;
         config.seed.get_or_insert_with(entropy_seed);
+        let channels = DriverChannels {
+            inbox,
+            hub,
+            readiness: Arc::clone(&readiness),
+        };
         let (driver, initial_nodes) = Driver::new(
             runtime,
             config,
             &self.nodes,
-            Arc::clone(&shared),
+            channels,
             self.codec,
             self.hook,
         )?;
@@ -118,7 +129,10 @@ impl ClientBuilder {
         runtime.spawn(Box::pin(driver));
         Ok(Client {
             handle: Arc::new(Handle {
-                shared,
+                outbox,
+                send_keys: SendKeys::default(),
+                events,
+                readiness,
                 initial_nodes,
                 seed,
             }),
@@ -183,7 +197,8 @@ impl<R: Runtime> BoundClientBuilder<R> {
         self
     }
 
-    /// How many events each subscriber may have unread before the oldest are dropped.
+    /// How many events each subscriber may have unread before the oldest are dropped
+    /// (rounded up to a power of two).
     pub fn event_capacity(mut self, capacity: usize) -> Self {
         self.builder = self.builder.event_capacity(capacity);
         self
@@ -234,15 +249,26 @@ pub struct Client {
 
 #[derive(Debug)]
 struct Handle {
-    shared: Arc<Shared>,
+    /// The only strong sender of the driver's command queue.
+    outbox: Outbox<Command>,
+    send_keys: SendKeys,
+    events: HubHandle<ClientEvent>,
+    readiness: Arc<Readiness>,
     initial_nodes: Vec<NodeId>,
     seed: u64,
+}
+
+impl Handle {
+    /// Queues `command` for the driver; hands it back if the driver has stopped.
+    fn push(&self, command: Command) -> Result<(), Command> {
+        self.outbox.send(command).map_err(|refused| refused.0)
+    }
 }
 
 impl Drop for Handle {
     fn drop(&mut self) {
         // The driver may already be gone; then there is nothing to stop.
-        let _ = self.shared.inbox.push(Command::Shutdown(None));
+        let _ = self.push(Command::Shutdown(None));
     }
 }
 
@@ -263,23 +289,45 @@ impl Client {
         timeout: Duration,
     ) -> Result<Bytes, SendError> {
         let (reply, receiver) = reply();
+        let key = self.handle.send_keys.next();
         let command = Command::Send {
             target,
             payload: payload.into(),
             timeout,
             reply,
+            key,
         };
-        if self.handle.shared.inbox.push(command).is_err() {
+        if self.handle.push(command).is_err() {
             return Err(SendError::Shutdown);
         }
         let mut pending = CancelOnDrop {
-            receiver,
-            shared: &self.handle.shared,
-            done: false,
+            key: Some(key),
+            handle: &self.handle,
         };
-        let result = (&mut pending.receiver).await;
-        pending.done = true;
+        let result = receiver.await;
+        pending.key = None;
         result.unwrap_or(Err(SendError::Shutdown))
+    }
+
+    /// A [`ClientService`] that sends to `target` with `timeout`, and whose readiness is
+    /// keepwire's back-pressure for that target (not writable, in-flight limit, no node); with
+    /// the `tower` feature, a `tower::Service`. Its first readiness is computed by the driver
+    /// before this returns.
+    pub async fn service(
+        &self,
+        target: Target,
+        timeout: Duration,
+    ) -> Result<ClientService, CommandError> {
+        // The service exists (and is registered) first, so that dropping this future
+        // unregisters it; the driver then publishes its state before answering.
+        let service = ClientService::new(
+            self.clone(),
+            Arc::clone(&self.handle.readiness),
+            target,
+            timeout,
+        );
+        self.call(|reply| Command::Watch(target, reply)).await?;
+        Ok(service)
     }
 
     /// The nodes given to the builder, in order.
@@ -347,7 +395,7 @@ impl Client {
     /// option reports, from now on. After shutdown the stream ends at once.
     pub fn subscribe(&self) -> Events {
         Events {
-            subscription: self.handle.shared.hub.subscribe(),
+            subscription: self.handle.events.subscribe(),
         }
     }
 
@@ -357,8 +405,8 @@ impl Client {
     /// [`shutdown`](Self::shutdown) meanwhile cuts the drain short.
     pub async fn shutdown_gracefully(&self) {
         let (reply, receiver) = reply();
-        if self.handle.shared.inbox.push(Command::Drain(reply)).is_ok() {
-            receiver.await;
+        if self.handle.push(Command::Drain(reply)).is_ok() {
+            let _ = receiver.await;
         }
     }
 
@@ -369,14 +417,8 @@ impl Client {
     /// fail with [`SendError::Shutdown`], other calls with [`CommandError::Shutdown`].
     pub async fn shutdown(&self) {
         let (reply, receiver) = reply();
-        if self
-            .handle
-            .shared
-            .inbox
-            .push(Command::Shutdown(Some(reply)))
-            .is_ok()
-        {
-            receiver.await;
+        if self.handle.push(Command::Shutdown(Some(reply))).is_ok() {
+            let _ = receiver.await;
         }
     }
 
@@ -392,13 +434,13 @@ impl Client {
 
     async fn call<T>(
         &self,
-        command: impl FnOnce(crate::sync::ReplySender<T>) -> Command,
+        command: impl FnOnce(ReplySender<T>) -> Command,
     ) -> Result<T, CommandError> {
         let (reply, receiver) = reply();
-        if self.handle.shared.inbox.push(command(reply)).is_err() {
+        if self.handle.push(command(reply)).is_err() {
             return Err(CommandError::Shutdown);
         }
-        receiver.await.ok_or(CommandError::Shutdown)
+        receiver.await.map_err(|_| CommandError::Shutdown)
     }
 }
 
@@ -414,20 +456,18 @@ fn entropy_seed() -> u64 {
     std::collections::hash_map::RandomState::new().hash_one(DRAWS.fetch_add(1, Ordering::Relaxed))
 }
 
-/// Cancels the request if the caller stops waiting before the response.
+/// Cancels the request if the caller stops waiting before the response: sends the send's
+/// key back to the driver, behind the send itself in the queue.
 struct CancelOnDrop<'a> {
-    receiver: ReplyReceiver<Result<Bytes, SendError>>,
-    shared: &'a Shared,
-    done: bool,
+    /// `None` once the response (or the driver's verdict) arrived.
+    key: Option<SendKey>,
+    handle: &'a Handle,
 }
 
 impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        if let Some(id) = self.receiver.abandon() {
-            let _ = self.shared.inbox.push(Command::Cancel(id));
+        if let Some(key) = self.key.take() {
+            let _ = self.handle.push(Command::Abandon(key));
         }
     }
 }
@@ -515,11 +555,7 @@ pub struct Events {
 impl Events {
     /// The next event, or `None` once the client has shut down and every event was read.
     pub async fn recv(&mut self) -> Option<ClientEvent> {
-        poll_fn(|cx| match self.subscription.poll_next(cx) {
-            Poll::Ready(next) => Poll::Ready(into_event(next)),
-            Poll::Pending => Poll::Pending,
-        })
-        .await
+        into_event(self.subscription.next().await)
     }
 
     /// The next event if one is queued.

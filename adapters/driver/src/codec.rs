@@ -100,6 +100,56 @@ pub trait Codec: Send + Sync + fmt::Debug + 'static {
 }
 
 /// Cuts the responses out of one connection's bytes; may keep state between calls.
+///
+/// # Example
+///
+/// A response made of several lines up to an `END` line (as memcached's `get` answers): the
+/// decoder remembers how far it has already scanned, so a response arriving byte by byte is
+/// not scanned from its start again each time.
+///
+/// ```
+/// use bytes::BytesMut;
+/// use keepwire_driver::{Decoded, Decoder};
+/// use keepwire_driver::proto::Violation;
+///
+/// #[derive(Debug, Default)]
+/// struct UntilEnd {
+///     /// Bytes of the buffered response already scanned for its end.
+///     scanned: usize,
+/// }
+///
+/// impl Decoder for UntilEnd {
+///     fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, Violation> {
+///         const END: &[u8] = b"END\r\n";
+///         let from = self.scanned.saturating_sub(END.len() - 1);
+///         match buf[from..].windows(END.len()).position(|w| w == END) {
+///             Some(at) => {
+///                 self.scanned = 0;
+///                 let response = buf.split_to(from + at + END.len()).freeze();
+///                 Ok(Some(Decoded::Next(response)))
+///             }
+///             None if buf.len() > 1 << 20 => Err(Violation::FrameTooLong {
+///                 len: buf.len() as u64,
+///                 max: 1 << 20,
+///             }),
+///             None => {
+///                 self.scanned = buf.len();
+///                 Ok(None)
+///             }
+///         }
+///     }
+/// }
+///
+/// let mut decoder = UntilEnd::default();
+/// let mut buf = BytesMut::new();
+/// for chunk in [&b"VALUE k 0 1\r\nx\r\nE"[..], b"ND\r\nVALUE"] {
+///     buf.extend_from_slice(chunk);
+///     if let Some(Decoded::Next(response)) = decoder.decode(&mut buf).unwrap() {
+///         assert_eq!(&response[..], b"VALUE k 0 1\r\nx\r\nEND\r\n");
+///     }
+/// }
+/// assert_eq!(&buf[..], b"VALUE", "the next response stays buffered");
+/// ```
 pub trait Decoder: Send + fmt::Debug {
     /// Cuts the first complete response off the front of `buf`.
     ///

@@ -6,10 +6,15 @@
 //! Each poll repeats, until nothing moves: take commands → run the pool's actions → poll the
 //! connect and handshake futures → write what the pool hands out, read every open connection →
 //! deliver events → fire the timer armed at the pool's next deadline (the only clock the driver
-//! waits on: the pool owns every deadline, the slow-drip one included).
+//! waits on: the pool owns every deadline, the slow-drip one included). After the last round
+//! it refreshes what services read ([`ready`]) and what operators see (telemetry).
+//!
+//! The timer is reset after every fire, even to the same deadline: the [`Timer`] contract
+//! lets a fired timer stay pending until it is reset (async-io's does), and a coarse clock may
+//! still read before the deadline when the timer fires, so the pool offers it again.
 
 use std::any::Any;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -29,30 +34,17 @@ use crate::client::{ClientEvent, NodeInfo, SocketInfo};
 use crate::codec::{Codec, Correlation, Decoder, EncodeError, Ids};
 use crate::error::{BuildError, SendError, failure_of};
 use crate::handshake::{HandshakeError, HandshakeHook, HandshakeIo};
+use crate::ready::{Readiness, TargetState};
 use crate::runtime::{BoxFuture, IoStream, Runtime, Timer};
-use crate::socket::{OptionReport, prepare_socket, read_back};
-use crate::sync::{Hub, Inbox, ReplySender};
+use crate::socket::{OptionReport, PreparedSocket};
+use crate::sync::{Hub, IdMap, Inbox, ReplySender, SendKey, answer, poll_commands};
+use crate::telemetry::Telemetry;
 
-// A child module (not a sibling) so that the driver's fields stay private to the driver.
+// Child modules (not siblings) so that the driver's fields stay private to the driver.
 mod conn_io;
+mod ready;
 
 use conn_io::{OpenConn, WriteBufs};
-
-/// What client handles and the driver share: the command inbox and the event fan-out.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) inbox: Inbox<Command>,
-    pub(crate) hub: Hub<ClientEvent>,
-}
-
-impl Shared {
-    pub(crate) fn new(event_capacity: usize) -> Self {
-        Self {
-            inbox: Inbox::new(),
-            hub: Hub::new(event_capacity),
-        }
-    }
-}
 
 /// A request from a client handle to the driver.
 #[derive(Debug)]
@@ -62,8 +54,11 @@ pub(crate) enum Command {
         payload: Bytes,
         timeout: Duration,
         reply: ReplySender<Result<Bytes, SendError>>,
+        /// The caller's name for this send, should it stop waiting.
+        key: SendKey,
     },
-    Cancel(RequestId),
+    /// The caller of the send `key` stopped waiting: cancel its request, if it still runs.
+    Abandon(SendKey),
     AddNode(SocketAddr, ReplySender<NodeId>),
     Node {
         node: NodeId,
@@ -75,6 +70,8 @@ pub(crate) enum Command {
     Shutdown(Option<ReplySender<()>>),
     /// A graceful shutdown: refuse new requests, let the ones held finish, then stop.
     Drain(ReplySender<()>),
+    /// A service starts watching `target`'s readiness: its current state, computed now.
+    Watch(Target, ReplySender<TargetState>),
 }
 
 /// A node command.
@@ -90,6 +87,8 @@ pub(crate) enum NodeOp {
 
 /// Rounds of work in one poll before the driver yields to other tasks.
 const ROUNDS_PER_POLL: usize = 32;
+/// Commands taken from the queue at a time.
+const COMMAND_BATCH: usize = 256;
 /// Bytes read from a socket at a time.
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -97,7 +96,14 @@ pub(crate) struct Driver {
     runtime: Arc<dyn Runtime>,
     origin: std::time::Instant,
     pool: Pool,
-    shared: Arc<Shared>,
+    inbox: Inbox<Command>,
+    hub: Hub<ClientEvent>,
+    readiness: Arc<Readiness>,
+    /// Nodes the application disabled (the pool does not say), for readiness.
+    disabled: HashSet<NodeId>,
+    /// When a readiness a service waits on may change with no input (a node's backoff ends).
+    ready_recheck: Option<Instant>,
+    telemetry: Telemetry,
     codec: Arc<dyn Codec>,
     correlation: Correlation,
     /// With [`Correlation::ById`]: the request each protocol id names.
@@ -107,9 +113,11 @@ pub(crate) struct Driver {
     encoded: BytesMut,
     hook: Option<Arc<dyn HandshakeHook>>,
     conns: BTreeMap<ConnId, Conn>,
-    waiting: HashMap<RequestId, Waiting>,
-    commands: VecDeque<Command>,
-    timer: Option<(Pin<Box<dyn Timer>>, Instant)>,
+    waiting: IdMap<RequestId, Waiting>,
+    /// The running request of each send whose caller may still stop waiting.
+    sends: IdMap<SendKey, RequestId>,
+    commands: Vec<Command>,
+    timer: Option<Armed>,
     read_buf: Box<[u8]>,
     writes: WriteBufs,
     conn_ids: Vec<ConnId>,
@@ -119,10 +127,19 @@ pub(crate) struct Driver {
     stopping: bool,
 }
 
+/// The driver's timer and the deadline it is armed at; `None` once it fired (it must be reset
+/// before it is polled again).
+struct Armed {
+    timer: Pin<Box<dyn Timer>>,
+    at: Option<Instant>,
+}
+
 /// A caller waiting for its request's outcome.
 #[derive(Debug)]
 struct Waiting {
     reply: ReplySender<Result<Bytes, SendError>>,
+    /// The caller's name for the send.
+    key: SendKey,
     /// The protocol id the request was framed with ([`Correlation::ById`]).
     protocol_id: Option<u64>,
 }
@@ -148,29 +165,45 @@ impl Driver {
         runtime: Arc<dyn Runtime>,
         config: Config,
         nodes: &[SocketAddr],
-        shared: Arc<Shared>,
+        channels: DriverChannels,
         codec: Arc<dyn Codec>,
         hook: Option<Arc<dyn HandshakeHook>>,
     ) -> Result<(Self, Vec<NodeId>), BuildError> {
         let origin = runtime.now();
         let mut pool = Pool::new(config, Instant::ZERO)?;
+        let mut telemetry = Telemetry::new(&pool);
         let ids = nodes
             .iter()
-            .map(|addr| pool.add_node(Instant::ZERO, *addr))
+            .map(|addr| {
+                let node = pool.add_node(Instant::ZERO, *addr);
+                telemetry.node_added(&pool, node);
+                node
+            })
             .collect();
+        let DriverChannels {
+            inbox,
+            hub,
+            readiness,
+        } = channels;
         let driver = Self {
             runtime,
             origin,
             pool,
-            shared,
+            inbox,
+            hub,
+            readiness,
+            disabled: HashSet::new(),
+            ready_recheck: None,
+            telemetry,
             correlation: codec.correlation(),
             codec,
             ids: Ids::default(),
             encoded: BytesMut::new(),
             hook,
             conns: BTreeMap::new(),
-            waiting: HashMap::new(),
-            commands: VecDeque::new(),
+            waiting: IdMap::default(),
+            sends: IdMap::default(),
+            commands: Vec::new(),
             timer: None,
             read_buf: vec![0; READ_CHUNK].into_boxed_slice(),
             writes: WriteBufs::default(),
@@ -210,9 +243,12 @@ impl Driver {
     fn settle(&mut self) {
         let now = self.now();
         while let Some(action) = self.pool.poll_action() {
+            #[cfg(feature = "tracing")]
+            self.telemetry.action(&action);
             self.perform(now, &action);
         }
         while let Some(event) = self.pool.poll_event() {
+            self.telemetry.event(&event);
             match event {
                 Event::RequestDone {
                     id,
@@ -222,25 +258,35 @@ impl Driver {
                     ..
                 } => {
                     if let Some(waiting) = self.waiting.remove(&id) {
-                        waiting.reply.send(result_of(outcome, sent, retried));
+                        self.sends.remove(&waiting.key);
+                        answer(waiting.reply, result_of(outcome, sent, retried));
                         self.forget_id(id, waiting.protocol_id);
                     }
                 }
-                other => self.publish(&ClientEvent::Pool(other)),
+                other => self.hub.publish(ClientEvent::Pool(other)),
             }
         }
     }
 
-    fn publish(&self, event: &ClientEvent) {
-        self.shared.hub.publish(event);
+    /// Announces a driver event (not the pool's) to subscribers and operators.
+    fn publish(&mut self, event: ClientEvent) {
+        self.telemetry.client_event(&event);
+        self.hub.publish(event);
     }
 
     fn take_commands(&mut self, cx: &mut Context<'_>) -> bool {
-        self.shared.inbox.drain_into(cx.waker(), &mut self.commands);
-        let moved = !self.commands.is_empty();
-        while let Some(command) = self.commands.pop_front() {
+        let mut commands = std::mem::take(&mut self.commands);
+        let polled = poll_commands(&mut self.inbox, cx, &mut commands, COMMAND_BATCH);
+        let moved = !commands.is_empty();
+        for command in commands.drain(..) {
             self.execute(command);
             self.settle();
+        }
+        self.commands = commands;
+        if polled == Poll::Ready(false) {
+            // Every client is gone without a word (each one's drop queues a shutdown, so this
+            // is only a safety net): stop.
+            self.stopping = true;
         }
         moved
     }
@@ -253,12 +299,20 @@ impl Driver {
                 payload,
                 timeout,
                 reply,
-            } => self.submit(now, target, &payload, timeout, reply),
-            Command::Cancel(id) => {
-                // Already ended is fine: the outcome was delivered (and dropped) then.
-                let _ = self.pool.cancel(now, id);
+                key,
+            } => self.submit(now, target, &payload, timeout, reply, key),
+            Command::Abandon(key) => {
+                // Not submitted (refused, or the driver saw the caller gone first) or already
+                // ended is fine: nothing to cancel.
+                if let Some(id) = self.sends.remove(&key) {
+                    let _ = self.pool.cancel(now, id);
+                }
             }
-            Command::AddNode(addr, reply) => reply.send(self.pool.add_node(now, addr)),
+            Command::AddNode(addr, reply) => {
+                let node = self.pool.add_node(now, addr);
+                self.telemetry.node_added(&self.pool, node);
+                answer(reply, node);
+            }
             Command::Node { node, op, reply } => {
                 let result = match op {
                     NodeOp::Remove => self.pool.remove_node(now, node),
@@ -268,10 +322,31 @@ impl Driver {
                     NodeOp::Evict => self.pool.evict(now, node),
                     NodeOp::Connect => self.pool.connect(now, node),
                 };
-                reply.send(result);
+                if result.is_ok() {
+                    match op {
+                        NodeOp::Disable => {
+                            self.disabled.insert(node);
+                        }
+                        NodeOp::Enable => {
+                            self.disabled.remove(&node);
+                        }
+                        NodeOp::Remove => {
+                            self.disabled.remove(&node);
+                            // The events of the removal first, then the node's telemetry goes.
+                            self.settle();
+                            self.telemetry.node_removed(node);
+                        }
+                        _ => {}
+                    }
+                    self.telemetry.touched(node);
+                    // A caller that awaited the command sees its effect on readiness at once.
+                    self.settle();
+                    self.refresh_readiness();
+                }
+                answer(reply, result);
             }
-            Command::Counters(reply) => reply.send(self.pool.counters()),
-            Command::NodeInfo(node, reply) => reply.send(self.node_info(node)),
+            Command::Counters(reply) => answer(reply, self.pool.counters()),
+            Command::NodeInfo(node, reply) => answer(reply, self.node_info(node)),
             Command::Shutdown(reply) => {
                 self.pool.shutdown(now);
                 self.stopping = true;
@@ -281,6 +356,10 @@ impl Driver {
                 self.pool.shutdown_gracefully(now);
                 self.draining = true;
                 self.shutdown_replies.push(reply);
+            }
+            Command::Watch(target, reply) => {
+                let state = self.watch(now, target);
+                answer(reply, state);
             }
         }
     }
@@ -294,8 +373,10 @@ impl Driver {
         payload: &[u8],
         timeout: Duration,
         reply: ReplySender<Result<Bytes, SendError>>,
+        key: SendKey,
     ) {
-        if reply.is_abandoned() {
+        if reply.is_closed() {
+            // The caller already left; its abandonment, queued behind this, finds no request.
             return;
         }
         let protocol_id = match self.correlation {
@@ -303,7 +384,7 @@ impl Driver {
                 Some(id) => Some(id),
                 None => {
                     let every = "every protocol id is in use by a request that may be answered";
-                    return reply.send(Err(EncodeError::Invalid(every.into()).into()));
+                    return answer(reply, Err(EncodeError::Invalid(every.into()).into()));
                 }
             },
             _ => None,
@@ -317,11 +398,11 @@ impl Driver {
             Ok(Ok(())) => self.encoded.split().freeze(),
             Ok(Err(e)) => {
                 self.encoded.clear();
-                return reply.send(Err(e.into()));
+                return answer(reply, Err(e.into()));
             }
             Err(_) => {
                 self.encoded.clear();
-                return reply.send(Err(EncodeError::Panicked.into()));
+                return answer(reply, Err(EncodeError::Panicked.into()));
             }
         };
         match self.pool.submit(now, target, now + timeout, frame) {
@@ -329,14 +410,18 @@ impl Driver {
                 if let Some(protocol_id) = protocol_id {
                     self.ids.insert(protocol_id, submitted);
                 }
-                if reply.set_request(submitted) {
-                    let waiting = Waiting { reply, protocol_id };
-                    self.waiting.insert(submitted, waiting);
-                } else {
-                    let _ = self.pool.cancel(now, submitted);
-                }
+                self.sends.insert(key, submitted);
+                let waiting = Waiting {
+                    reply,
+                    key,
+                    protocol_id,
+                };
+                self.waiting.insert(submitted, waiting);
             }
-            Err(e) => reply.send(Err(e.into())),
+            Err(e) => answer(reply, Err(e.into())),
+        }
+        if let Target::Node(node) = target {
+            self.telemetry.touched(node);
         }
     }
 
@@ -346,7 +431,7 @@ impl Driver {
         match contain(|| self.codec.decoder()) {
             Ok(decoder) => Some(decoder),
             Err(message) => {
-                self.publish(&ClientEvent::CodecPanicked { conn, message });
+                self.publish(ClientEvent::CodecPanicked { conn, message });
                 let _ =
                     self.pool
                         .handle_violation(now, conn, keepwire_proto::Violation::Undecodable);
@@ -381,9 +466,9 @@ impl Driver {
                 let socket = open.stream.socket();
                 Some(SocketInfo {
                     conn,
-                    local_addr: socket.local_addr().ok().and_then(|a| a.as_socket()),
-                    peer_addr: socket.peer_addr().ok().and_then(|a| a.as_socket()),
-                    readback: read_back(&socket),
+                    local_addr: socket.local_addr().ok(),
+                    peer_addr: socket.peer_addr().ok(),
+                    readback: socket.read_back(),
                     report: open.report.clone(),
                 })
             }
@@ -407,10 +492,10 @@ impl Driver {
                 addr,
                 options,
                 ..
-            } => match prepare_socket(addr, &options) {
+            } => match PreparedSocket::new(addr, &options) {
                 Ok((socket, report)) => {
                     if !report.is_empty() {
-                        self.publish(&ClientEvent::SocketOptions {
+                        self.publish(ClientEvent::SocketOptions {
                             conn,
                             report: report.clone(),
                         });
@@ -543,12 +628,14 @@ impl Driver {
         let _ = self
             .pool
             .handle_handshake_failed(now, conn, error.is_final());
-        self.publish(&ClientEvent::HandshakeFailed { conn, error });
+        self.publish(ClientEvent::HandshakeFailed { conn, error });
     }
 
-    /// Arms the timer at the next deadline and fires what is due.
+    /// Arms the timer at the next deadline (the pool's, or a readiness recheck) and fires what
+    /// is due.
     fn poll_timer(&mut self, cx: &mut Context<'_>) -> bool {
-        let Some(next) = self.pool.poll_timeout() else {
+        let due = self.pool.poll_timeout();
+        let Some(next) = earliest(due, self.ready_recheck) else {
             return false;
         };
         let now = self.now();
@@ -559,27 +646,34 @@ impl Driver {
             else {
                 return false; // beyond the clock's range: never
             };
-            let timer = match &mut self.timer {
-                Some((timer, armed)) => {
-                    if *armed != next {
-                        timer.as_mut().reset(deadline);
-                        *armed = next;
+            let armed = match &mut self.timer {
+                Some(armed) => {
+                    if armed.at != Some(next) {
+                        armed.timer.as_mut().reset(deadline);
+                        armed.at = Some(next);
                     }
-                    timer
+                    armed
                 }
-                None => {
-                    &mut self
-                        .timer
-                        .insert((self.runtime.new_timer(deadline), next))
-                        .0
-                }
+                None => self.timer.insert(Armed {
+                    timer: self.runtime.new_timer(deadline),
+                    at: Some(next),
+                }),
             };
-            if timer.as_mut().poll_fire(cx).is_pending() {
+            if armed.timer.as_mut().poll_fire(cx).is_pending() {
                 return false;
             }
+            // Fired: reset before the next poll, even to this same deadline.
+            armed.at = None;
         }
         let now = self.now();
-        self.pool.handle_timeout(now);
+        if due.is_some_and(|due| due <= now) {
+            self.pool.handle_timeout(now);
+        }
+        if self.ready_recheck.is_some_and(|at| at <= now) {
+            self.ready_recheck = None; // the refresh after this poll's rounds sets the next
+        }
+        // Moved, even if nothing was due yet (the clock reads behind the timer): the next
+        // round re-arms and polls again.
         true
     }
 
@@ -596,15 +690,20 @@ impl Driver {
         self.pool.shutdown(now);
         self.settle();
         for (_, waiting) in self.waiting.drain() {
-            waiting.reply.send(Err(SendError::Shutdown));
+            answer(waiting.reply, Err(SendError::Shutdown));
         }
+        self.sends.clear();
         self.conns.clear();
-        // Dropping the leftover commands drops their reply slots: callers read `Shutdown`.
-        drop(self.shared.inbox.close());
+        // Dropping the leftover commands drops their replies: callers read `Shutdown`.
+        self.inbox.close();
+        while self.inbox.try_recv().is_ok() {}
         self.commands.clear();
-        self.shared.hub.close();
+        self.readiness.stop();
+        self.telemetry.finish(&self.pool);
+        // Every subscription ends once read, and a later one at once.
+        self.hub.close();
         for reply in self.shutdown_replies.drain(..) {
-            reply.send(());
+            answer(reply, ());
         }
     }
 }
@@ -624,13 +723,40 @@ impl Future for Driver {
                 return Poll::Ready(());
             }
             if !moved {
+                this.after_rounds();
                 return Poll::Pending;
             }
         }
         // Still busy: let other tasks run, then continue.
+        this.after_rounds();
         cx.waker().wake_by_ref();
         Poll::Pending
     }
+}
+
+impl Driver {
+    /// What the rounds of one poll changed, made visible: services' readiness, counters and
+    /// gauges.
+    fn after_rounds(&mut self) {
+        self.refresh_readiness();
+        self.telemetry.flush(&self.pool);
+    }
+}
+
+/// The earlier of two optional instants.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The driver's ends of its channels with the client handles.
+#[derive(Debug)]
+pub(crate) struct DriverChannels {
+    pub(crate) inbox: Inbox<Command>,
+    pub(crate) hub: Hub<ClientEvent>,
+    pub(crate) readiness: Arc<Readiness>,
 }
 
 impl Drop for Driver {

@@ -14,9 +14,9 @@ use std::future::{Future, poll_fn};
 use std::io;
 
 use keepwire_proto::ConnId;
-use socket2::SockRef;
 
 use crate::runtime::{BoxFuture, IoStream};
+use crate::socket::SocketRef;
 
 /// Runs the handshake on a freshly connected stream and hands the stream back when done.
 ///
@@ -166,8 +166,10 @@ impl HandshakeIo {
         Ok(())
     }
 
-    /// The socket (underneath any stream that wraps it), for reading or setting options.
-    pub fn socket(&self) -> SockRef<'_> {
+    /// The socket (underneath any stream that wraps it), for reading its options back
+    /// ([`SocketRef::read_back`]), or, through `socket2::SockRef::from(&io.socket())`, for
+    /// setting one the hook needs.
+    pub fn socket(&self) -> SocketRef<'_> {
         self.stream.socket()
     }
 }

@@ -15,9 +15,8 @@ use std::fmt;
 use std::io::{self, IoSlice};
 use std::task::{Context, Poll, ready};
 
-use socket2::SockRef;
-
 use crate::runtime::IoStream;
+use crate::socket::SocketRef;
 
 /// A stream layer that buffers the encoding of what it is given before the kernel takes it:
 /// a TLS session over a socket (the runtime crates' `tls` feature implements it over
@@ -37,7 +36,7 @@ pub trait BufferedLayer: Send + fmt::Debug + 'static {
     fn poll_push(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
 
     /// The socket under the layer.
-    fn socket(&self) -> SockRef<'_>;
+    fn socket(&self) -> SocketRef<'_>;
 }
 
 /// An [`IoStream`] over a [`BufferedLayer`] that reports a write only when its encoding has
@@ -125,7 +124,7 @@ impl<L: BufferedLayer> IoStream for KernelAccounted<L> {
         self.taken
     }
 
-    fn socket(&self) -> SockRef<'_> {
+    fn socket(&self) -> SocketRef<'_> {
         self.layer.socket()
     }
 }
@@ -209,8 +208,8 @@ mod tests {
             }
         }
 
-        fn socket(&self) -> SockRef<'_> {
-            SockRef::from(&self.socket)
+        fn socket(&self) -> SocketRef<'_> {
+            SocketRef::new(&self.socket)
         }
     }
 
@@ -264,7 +263,9 @@ mod tests {
     #[test]
     fn the_socket_underneath_stays_reachable() {
         let stream = KernelAccounted::new(Doubling::new(100, 0));
-        stream.socket().set_tcp_nodelay(true).unwrap();
-        assert!(stream.socket().tcp_nodelay().unwrap());
+        socket2::SockRef::from(&stream.socket())
+            .set_tcp_nodelay(true)
+            .unwrap();
+        assert_eq!(stream.socket().read_back().nodelay, Some(true));
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! Everything is expressed with poll functions and boxed futures so that tokio's
 //! `AsyncRead`/`AsyncWrite` and the futures-io traits (smol, async-std) both fit without
-//! compatibility crates. A runtime crate implements [`Runtime`] in about a hundred lines.
+//! compatibility crates. socket2 stays behind keepwire's own [`PreparedSocket`] and
+//! [`SocketRef`]. See the crate documentation's guide for writing an adapter.
 
 use std::fmt;
 use std::future::Future;
@@ -13,18 +14,68 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use socket2::{SockRef, Socket};
+use crate::socket::{PreparedSocket, SocketRef};
 
 /// A boxed, sendable future, as the runtime trait hands them around.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// What the driver needs from an async runtime.
 ///
-/// Implementations are cheap handles (the driver keeps one in an `Arc`).
+/// Implementations are cheap handles (the driver keeps one in an `Arc`). keepwire-tokio,
+/// keepwire-smol and keepwire-async-std each implement it in a few dozen lines; the crate
+/// documentation walks through writing one.
+///
+/// # Example
+///
+/// A runtime that wraps another one and counts the tasks it spawns (every method but
+/// [`spawn`](Runtime::spawn) delegates):
+///
+/// ```
+/// use std::io;
+/// use std::net::SocketAddr;
+/// use std::pin::Pin;
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use std::time::Instant;
+///
+/// use keepwire_driver::{BoxFuture, IoStream, PreparedSocket, Runtime, Timer};
+///
+/// #[derive(Debug)]
+/// struct Counting<R> {
+///     inner: R,
+///     spawned: Arc<AtomicUsize>,
+/// }
+///
+/// impl<R: Runtime> Runtime for Counting<R> {
+///     fn now(&self) -> Instant {
+///         self.inner.now()
+///     }
+///
+///     fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn Timer>> {
+///         self.inner.new_timer(deadline)
+///     }
+///
+///     fn spawn(&self, future: BoxFuture<'static, ()>) {
+///         self.spawned.fetch_add(1, Ordering::Relaxed);
+///         self.inner.spawn(future);
+///     }
+///
+///     fn connect(
+///         &self,
+///         socket: PreparedSocket,
+///         addr: SocketAddr,
+///     ) -> BoxFuture<'static, io::Result<Box<dyn IoStream>>> {
+///         self.inner.connect(socket, addr)
+///     }
+/// }
+/// ```
 pub trait Runtime: Send + Sync + fmt::Debug + 'static {
     /// The runtime's monotonic clock. The driver measures every keepwire instant from the
     /// value it reads when it starts, so a runtime with a virtual clock (tokio's paused time)
     /// drives keepwire's timeouts too.
+    ///
+    /// A coarse clock (one that reads a little behind the timers, as a cached clock does) is
+    /// fine: when a timer fires before `now` reaches the deadline, the driver re-arms it.
     fn now(&self) -> Instant;
 
     /// A timer that fires at `deadline` (on the same clock as [`Runtime::now`]).
@@ -33,31 +84,135 @@ pub trait Runtime: Send + Sync + fmt::Debug + 'static {
     /// Runs `future` to completion in the background.
     fn spawn(&self, future: BoxFuture<'static, ()>);
 
-    /// Connects `socket` (created and configured by the driver, not yet connected) to `addr`
+    /// Connects `socket` (created, made non-blocking and configured by the driver) to `addr`
     /// without blocking a thread, and returns the connected stream.
     ///
     /// The driver drops the returned future when the setup deadline passes, so an
-    /// implementation needs no timeout of its own. [`begin_connect`] and [`finish_connect`]
-    /// do the non-blocking `connect(2)` dance for runtimes that only offer "wait until
-    /// writable".
+    /// implementation needs no timeout of its own. A runtime with a connect of its own takes
+    /// the socket with [`PreparedSocket::into_std`]; one that only offers "wait until
+    /// writable" uses [`PreparedSocket::begin_connect`] and
+    /// [`finish_connect`](crate::finish_connect).
     fn connect(
         &self,
-        socket: Socket,
+        socket: PreparedSocket,
         addr: SocketAddr,
     ) -> BoxFuture<'static, io::Result<Box<dyn IoStream>>>;
 }
 
-/// A resettable timer, like tokio's `Sleep` or async-io's `Timer`.
+/// A resettable timer, like tokio's `Sleep` or async-io's `Timer` (both implement it, behind
+/// this crate's `tokio` and `async-io` features).
+///
+/// The contract is the weaker of the two: [`poll_fire`](Timer::poll_fire) returns `Ready`
+/// once the deadline has passed, and after it did, the timer may stay ready (tokio's `Sleep`)
+/// or never fire again (async-io's edge-triggered `Timer`) until it is
+/// [`reset`](Timer::reset). The driver resets its timer after every fire, even to the same
+/// deadline, so either kind works.
+///
+/// # Example
+///
+/// A timer that is ready once a shared flag is set (a test's manual clock), and registers the
+/// waker to be woken when it is:
+///
+/// ```
+/// use std::pin::Pin;
+/// use std::sync::{Arc, Mutex};
+/// use std::task::{Context, Poll, Waker};
+/// use std::time::Instant;
+///
+/// use keepwire_driver::Timer;
+///
+/// #[derive(Debug, Default)]
+/// struct Clock {
+///     now: Option<Instant>,
+///     wakers: Vec<Waker>,
+/// }
+///
+/// #[derive(Debug)]
+/// struct ManualTimer {
+///     clock: Arc<Mutex<Clock>>,
+///     deadline: Instant,
+///     fired: bool,
+/// }
+///
+/// impl Timer for ManualTimer {
+///     fn reset(mut self: Pin<&mut Self>, deadline: Instant) {
+///         self.deadline = deadline;
+///         self.fired = false;
+///     }
+///
+///     fn poll_fire(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+///         let mut clock = self.clock.lock().unwrap();
+///         if !self.fired && clock.now.is_some_and(|now| now >= self.deadline) {
+///             drop(clock);
+///             self.fired = true; // edge-triggered: fires once per reset
+///             return Poll::Ready(());
+///         }
+///         clock.wakers.push(cx.waker().clone());
+///         Poll::Pending
+///     }
+/// }
+/// ```
 pub trait Timer: Send + fmt::Debug {
-    /// Moves the deadline (earlier or later); the next poll waits for the new one.
+    /// Moves the deadline (earlier, later or the same); the next poll waits for the new one.
     fn reset(self: Pin<&mut Self>, deadline: Instant);
 
-    /// Ready once the deadline has passed; registers the waker otherwise.
+    /// `Ready` once the deadline has passed (at least once per [`reset`](Timer::reset));
+    /// registers the waker otherwise.
     fn poll_fire(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()>;
 }
 
 /// A connected stream as the driver uses it: non-blocking reads and writes through poll
 /// functions, and access to the socket for reading options back.
+///
+/// Implemented for `tokio::net::TcpStream` (this crate's `tokio` feature) and for
+/// `async_io::Async<std::net::TcpStream>` (the `async-io` feature).
+///
+/// # Example
+///
+/// A stream that wraps another and counts the bytes the kernel accepted:
+///
+/// ```
+/// use std::io::{self, IoSlice};
+/// use std::task::{Context, Poll};
+///
+/// use keepwire_driver::{IoStream, SocketRef};
+///
+/// #[derive(Debug)]
+/// struct Counted<S> {
+///     inner: S,
+///     written: u64,
+/// }
+///
+/// impl<S: IoStream> IoStream for Counted<S> {
+///     fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+///         self.inner.poll_read(cx, buf)
+///     }
+///
+///     fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+///         let written = self.inner.poll_write(cx, buf);
+///         if let Poll::Ready(Ok(n)) = written {
+///             self.written += n as u64;
+///         }
+///         written
+///     }
+///
+///     fn poll_write_vectored(
+///         &mut self,
+///         cx: &mut Context<'_>,
+///         bufs: &[IoSlice<'_>],
+///     ) -> Poll<io::Result<usize>> {
+///         let written = self.inner.poll_write_vectored(cx, bufs);
+///         if let Poll::Ready(Ok(n)) = written {
+///             self.written += n as u64;
+///         }
+///         written
+///     }
+///
+///     fn socket(&self) -> SocketRef<'_> {
+///         self.inner.socket()
+///     }
+/// }
+/// ```
 ///
 /// The runtime crates hand the driver a plain TCP stream; a
 /// [`HandshakeHook`](crate::HandshakeHook) may replace it with a stream that wraps it (TLS,
@@ -117,45 +272,9 @@ pub trait IoStream: Send + fmt::Debug + 'static {
         0
     }
 
-    /// The underlying socket, for `getsockopt` through socket2. A stream that wraps another
-    /// returns the socket underneath, so options can still be read back and set.
-    fn socket(&self) -> SockRef<'_>;
-}
-
-/// Starts a non-blocking `connect(2)` of `socket` to `addr`: sets `O_NONBLOCK` and connects.
-///
-/// Returns `Ok(true)` if the connection completed at once, `Ok(false)` if it is in progress
-/// (wait until the socket is writable, then call [`finish_connect`]).
-pub fn begin_connect(socket: &Socket, addr: SocketAddr) -> io::Result<bool> {
-    socket.set_nonblocking(true)?;
-    match socket.connect(&addr.into()) {
-        Ok(()) => Ok(true),
-        Err(e) if connect_in_progress(&e) => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-/// Completes a connect started with [`begin_connect`] once the socket is writable: returns
-/// the connect error, if the kernel recorded one.
-pub fn finish_connect(socket: &SockRef<'_>) -> io::Result<()> {
-    match socket.take_error()? {
-        Some(e) => Err(e),
-        None => {
-            // Writable without an error can still mean "not connected" on some platforms.
-            socket.peer_addr().map(drop)
-        }
-    }
-}
-
-fn connect_in_progress(e: &io::Error) -> bool {
-    #[cfg(unix)]
-    {
-        e.raw_os_error() == Some(libc::EINPROGRESS) || e.kind() == io::ErrorKind::WouldBlock
-    }
-    #[cfg(not(unix))]
-    {
-        e.kind() == io::ErrorKind::WouldBlock
-    }
+    /// The underlying socket, for reading options back ([`SocketRef::new`] borrows it from
+    /// any stream that owns one). A stream that wraps another returns the socket underneath.
+    fn socket(&self) -> SocketRef<'_>;
 }
 
 /// Sleeps until `deadline` on `runtime`'s clock.
@@ -186,7 +305,62 @@ impl<S: IoStream + ?Sized> IoStream for Box<S> {
         (**self).held()
     }
 
-    fn socket(&self) -> SockRef<'_> {
+    fn socket(&self) -> SocketRef<'_> {
         (**self).socket()
+    }
+}
+
+/// The tokio pieces of a [`Runtime`]: [`Timer`] on `tokio::time::Sleep` and [`IoStream`] on
+/// `tokio::net::TcpStream` (this crate's `tokio` feature; keepwire-tokio builds on them).
+#[cfg(feature = "tokio")]
+mod tokio_impls {
+    use std::future::Future;
+    use std::io::{self, IoSlice};
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    use std::time::Instant;
+
+    use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+    use tokio::net::TcpStream;
+    use tokio::time::Sleep;
+
+    use super::{IoStream, Timer};
+    use crate::socket::SocketRef;
+
+    impl Timer for Sleep {
+        fn reset(self: Pin<&mut Self>, deadline: Instant) {
+            Sleep::reset(self, deadline.into());
+        }
+
+        fn poll_fire(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            self.poll(cx)
+        }
+    }
+
+    impl IoStream for TcpStream {
+        fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+            let mut buf = ReadBuf::new(buf);
+            match Pin::new(self).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) => Poll::Ready(Ok(buf.filled().len())),
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                Poll::Pending => Poll::Pending,
+            }
+        }
+
+        fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+            Pin::new(self).poll_write(cx, buf)
+        }
+
+        fn poll_write_vectored(
+            &mut self,
+            cx: &mut Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            Pin::new(self).poll_write_vectored(cx, bufs)
+        }
+
+        fn socket(&self) -> SocketRef<'_> {
+            SocketRef::new(self)
+        }
     }
 }

@@ -1,6 +1,12 @@
 //! Creating a TCP socket and applying keepwire's [`SocketOptions`] to it before it connects,
 //! with a typed report of every option the platform could not apply (never silent), and
 //! reading the options back from a live socket.
+//!
+//! socket2 does the work, but it stays behind keepwire's own types (as quinn keeps its UDP
+//! socket behind its own): a runtime receives a [`PreparedSocket`] to connect and lends a
+//! [`SocketRef`] for reading options back, so socket2's version is not part of keepwire's
+//! API. A [`SocketRef`] is `AsFd` (`AsSocket` on Windows): an application that wants more
+//! than [`SocketRef::read_back`] wraps it in its own socket2 (`SockRef::from(&socket_ref)`).
 
 use std::fmt;
 use std::io;
@@ -10,21 +16,144 @@ use std::time::Duration;
 use keepwire_proto::SocketOptions;
 use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
 
-/// Creates an unconnected TCP socket for `addr` and applies `options` to it.
+/// A TCP socket the driver created and configured for one connection, not yet connected:
+/// what [`Runtime::connect`](crate::Runtime::connect) receives.
 ///
-/// Fails only if the socket itself cannot be created; every option that could not be applied
-/// is listed in the returned [`OptionReport`] instead.
-pub fn prepare_socket(
-    addr: SocketAddr,
-    options: &SocketOptions,
-) -> io::Result<(Socket, OptionReport)> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    let report = apply_options(&socket, options);
-    Ok((socket, report))
+/// It is already non-blocking. A runtime either hands it to its own connect
+/// ([`into_std`](Self::into_std), then e.g. tokio's `TcpSocket::from_std_stream`) or starts a
+/// non-blocking connect itself ([`begin_connect`](Self::begin_connect)), waits until the
+/// socket is writable, and finishes with [`finish_connect`](crate::finish_connect).
+#[derive(Debug)]
+pub struct PreparedSocket {
+    socket: Socket,
+}
+
+impl PreparedSocket {
+    /// Creates an unconnected, non-blocking TCP socket for `addr` and applies `options` to it.
+    ///
+    /// Fails only if the socket itself cannot be created; every option that could not be
+    /// applied is listed in the returned [`OptionReport`] instead.
+    pub fn new(addr: SocketAddr, options: &SocketOptions) -> io::Result<(Self, OptionReport)> {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        socket.set_nonblocking(true)?;
+        let report = apply(&socket, options);
+        Ok((Self { socket }, report))
+    }
+
+    /// The socket as a (not yet connected, non-blocking) `std::net::TcpStream`, for a runtime
+    /// whose connect takes a std socket.
+    pub fn into_std(self) -> std::net::TcpStream {
+        self.socket.into()
+    }
+
+    /// Starts a non-blocking `connect(2)` to `addr` and returns the socket as a std stream.
+    ///
+    /// The flag is `true` if the connection completed at once, `false` if it is in progress:
+    /// register the stream with the reactor, wait until it is writable, then call
+    /// [`finish_connect`](crate::finish_connect).
+    pub fn begin_connect(self, addr: SocketAddr) -> io::Result<(std::net::TcpStream, bool)> {
+        let done = match self.socket.connect(&addr.into()) {
+            Ok(()) => true,
+            Err(e) if connect_in_progress(&e) => false,
+            Err(e) => return Err(e),
+        };
+        Ok((self.socket.into(), done))
+    }
+
+    /// The socket, for reading its options back.
+    pub fn socket(&self) -> SocketRef<'_> {
+        SocketRef(SockRef::from(&self.socket))
+    }
+}
+
+fn connect_in_progress(e: &io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        e.raw_os_error() == Some(libc::EINPROGRESS) || e.kind() == io::ErrorKind::WouldBlock
+    }
+    #[cfg(not(unix))]
+    {
+        e.kind() == io::ErrorKind::WouldBlock
+    }
+}
+
+/// Completes a connect started with [`PreparedSocket::begin_connect`] once the socket is
+/// writable: returns the connect error, if the kernel recorded one.
+pub fn finish_connect(socket: &SocketRef<'_>) -> io::Result<()> {
+    match socket.0.take_error()? {
+        Some(e) => Err(e),
+        None => {
+            // Writable without an error can still mean "not connected" on some platforms.
+            socket.0.peer_addr().map(drop)
+        }
+    }
+}
+
+/// A borrowed connected (or connecting) socket: its addresses and its options read back.
+///
+/// Every runtime's stream gives one ([`IoStream::socket`](crate::IoStream::socket)), and so
+/// does the stream a handshake hook is lent ([`HandshakeIo::socket`](crate::HandshakeIo::socket)).
+/// It is `AsFd` (`AsSocket` on Windows), so anything beyond [`read_back`](Self::read_back)
+/// is one `socket2::SockRef::from(&socket_ref)` away, with the application's own socket2.
+#[derive(Debug)]
+pub struct SocketRef<'a>(SockRef<'a>);
+
+impl<'a> SocketRef<'a> {
+    /// Borrows the socket of `stream` (a tokio, async-io or std TCP stream, or anything else
+    /// that owns a socket).
+    #[cfg(unix)]
+    pub fn new<S: std::os::fd::AsFd>(stream: &'a S) -> Self {
+        Self(SockRef::from(stream))
+    }
+
+    /// Borrows the socket of `stream` (a tokio, async-io or std TCP stream, or anything else
+    /// that owns a socket).
+    #[cfg(windows)]
+    pub fn new<S: std::os::windows::io::AsSocket>(stream: &'a S) -> Self {
+        Self(SockRef::from(stream))
+    }
+
+    /// The options keepwire manages, as the kernel reports them now; an option the platform
+    /// cannot report is `None`.
+    pub fn read_back(&self) -> SocketReadback {
+        read_back(&self.0)
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.0.local_addr()?.as_socket().ok_or_else(not_inet)
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.0.peer_addr()?.as_socket().ok_or_else(not_inet)
+    }
+}
+
+fn not_inet() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, "not an IP socket address")
+}
+
+#[cfg(unix)]
+impl std::os::fd::AsFd for SocketRef<'_> {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+#[cfg(windows)]
+impl std::os::windows::io::AsSocket for SocketRef<'_> {
+    fn as_socket(&self) -> std::os::windows::io::BorrowedSocket<'_> {
+        self.0.as_socket()
+    }
 }
 
 /// Applies `options` to `socket`, returning what could not be applied.
-pub fn apply_options(socket: &Socket, options: &SocketOptions) -> OptionReport {
+pub fn apply_options(socket: &SocketRef<'_>, options: &SocketOptions) -> OptionReport {
+    apply(&socket.0, options)
+}
+
+fn apply(socket: &Socket, options: &SocketOptions) -> OptionReport {
     let mut report = OptionReport::default();
     report.record(
         SocketOption::NoDelay,
@@ -90,9 +219,7 @@ pub struct SocketReadback {
     pub recv_buffer_size: Option<usize>,
 }
 
-/// Reads the options keepwire manages back from a live socket; an option the platform cannot
-/// report is `None`.
-pub fn read_back(socket: &SockRef<'_>) -> SocketReadback {
+fn read_back(socket: &SockRef<'_>) -> SocketReadback {
     SocketReadback {
         nodelay: socket.tcp_nodelay().ok(),
         keepalive: socket.keepalive().ok(),
@@ -416,9 +543,9 @@ mod tests {
     #[cfg(target_os = "linux")]
     fn every_option_is_applied_and_reads_back_on_linux() {
         let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
-        let (socket, report) = prepare_socket(addr, &options()).unwrap();
+        let (socket, report) = PreparedSocket::new(addr, &options()).unwrap();
         assert!(report.is_empty(), "{report}");
-        let back = read_back(&SockRef::from(&socket));
+        let back = socket.socket().read_back();
         assert_eq!(back.nodelay, Some(true));
         assert_eq!(back.keepalive, Some(true));
         assert_eq!(back.keepalive_idle, Some(Duration::from_secs(7)));
@@ -433,9 +560,10 @@ mod tests {
     fn keepalive_none_turns_it_off() {
         let mut options = options();
         options.keepalive = None;
-        let (socket, report) = prepare_socket("127.0.0.1:9".parse().unwrap(), &options).unwrap();
+        let (socket, report) =
+            PreparedSocket::new("127.0.0.1:9".parse().unwrap(), &options).unwrap();
         assert!(report.is_empty(), "{report}");
-        assert_eq!(read_back(&SockRef::from(&socket)).keepalive, Some(false));
+        assert_eq!(socket.socket().read_back().keepalive, Some(false));
     }
 
     #[test]
@@ -443,7 +571,7 @@ mod tests {
     fn a_buffer_above_the_kernel_cap_is_reported_as_clamped() {
         let mut options = options();
         options.send_buffer_size = Some(u32::MAX / 2);
-        let (_, report) = prepare_socket("127.0.0.1:9".parse().unwrap(), &options).unwrap();
+        let (_, report) = PreparedSocket::new("127.0.0.1:9".parse().unwrap(), &options).unwrap();
         let clamped = report
             .unapplied()
             .iter()

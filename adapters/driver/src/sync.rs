@@ -1,278 +1,154 @@
-//! The few synchronisation pieces between client handles and the driver task: a command
-//! inbox, a one-shot reply slot per command, and a bounded event fan-out. Every mutex here is
-//! held only to push or pop and to swap a waker: never across an await or a syscall.
+//! The hand-offs between client handles and the driver task, on tokio's `sync` channels
+//! (well-kept and loom-tested; they need no tokio runtime, so the driver and its callers may
+//! run on any executor): an unbounded command queue into the driver, a one-shot reply per
+//! call, and the event fan-out. What is left here is a thin adapter that gives them keepwire's
+//! semantics:
+//!
+//! - **Cancel on drop.** Each send carries a [`SendKey`] its caller drew; a caller that stops
+//!   waiting sends the key back, and the driver cancels the request it submitted under that
+//!   key, if it is still running. A caller's commands reach the driver in the order they
+//!   were sent (the queue is FIFO), so the send is always handled before its abandonment: no
+//!   race between the two sides, and no shared state but the queue.
+//! - **Drop-oldest fan-out with a missed count.** A subscriber that falls behind loses the
+//!   oldest events and reads how many ([`Next::Missed`]), then carries on from the oldest
+//!   still kept (tokio's `broadcast` lag semantics).
+//! - **The end.** Clients hold the only strong command sender; the last one to go queues a
+//!   shutdown. The event sender lives in the driver, which drops it when it stops, so every
+//!   subscription ends (after reading what is queued) and a later one ends at once.
 
-use std::collections::VecDeque;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::task::{Context, Poll, Waker};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 
-use keepwire_proto::RequestId;
+use tokio::sync::{broadcast, mpsc, oneshot};
 
-/// Locks `mutex`, recovering the data if a panicking thread poisoned it: every critical
-/// section here leaves the data consistent.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+/// The driver's end of the command queue.
+pub(crate) type Inbox<C> = mpsc::UnboundedReceiver<C>;
+/// A client's end of the command queue.
+pub(crate) type Outbox<C> = mpsc::UnboundedSender<C>;
+
+/// A command queue: clients send, the driver receives.
+pub(crate) fn command_queue<C>() -> (Outbox<C>, Inbox<C>) {
+    mpsc::unbounded_channel()
 }
 
-/// Commands from client handles to the driver, and the driver's waker.
-#[derive(Debug)]
-pub(crate) struct Inbox<C> {
-    state: Mutex<InboxState<C>>,
-}
+/// The driver's end of a reply.
+pub(crate) type ReplySender<T> = oneshot::Sender<T>;
+/// The caller's end of a reply: an error means the driver stopped without answering.
+pub(crate) type ReplyReceiver<T> = oneshot::Receiver<T>;
 
-#[derive(Debug)]
-struct InboxState<C> {
-    commands: VecDeque<C>,
-    waker: Option<Waker>,
-    closed: bool,
-}
-
-impl<C> Inbox<C> {
-    pub(crate) fn new() -> Self {
-        Self {
-            state: Mutex::new(InboxState {
-                commands: VecDeque::new(),
-                waker: None,
-                closed: false,
-            }),
-        }
-    }
-
-    /// Queues `command` and wakes the driver; hands it back if the driver has stopped.
-    pub(crate) fn push(&self, command: C) -> Result<(), C> {
-        let waker = {
-            let mut state = lock(&self.state);
-            if state.closed {
-                return Err(command);
-            }
-            state.commands.push_back(command);
-            state.waker.take()
-        };
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-        Ok(())
-    }
-
-    /// Moves every queued command into `out` and registers the driver's waker.
-    pub(crate) fn drain_into(&self, waker: &Waker, out: &mut VecDeque<C>) {
-        let mut state = lock(&self.state);
-        out.append(&mut state.commands);
-        if !state.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
-            state.waker = Some(waker.clone());
-        }
-    }
-
-    /// Refuses every later push and returns what was still queued.
-    pub(crate) fn close(&self) -> VecDeque<C> {
-        let mut state = lock(&self.state);
-        state.closed = true;
-        std::mem::take(&mut state.commands)
-    }
-}
-
-/// Creates a reply slot: the driver completes the [`ReplySender`], the caller awaits the
-/// [`ReplyReceiver`].
+/// A one-shot reply for one call.
 pub(crate) fn reply<T>() -> (ReplySender<T>, ReplyReceiver<T>) {
-    let slot = Arc::new(Mutex::new(Slot {
-        value: None,
-        waker: None,
-        sender_gone: false,
-        receiver_gone: false,
-        request: None,
-    }));
-    (
-        ReplySender {
-            slot: Arc::clone(&slot),
-        },
-        ReplyReceiver { slot },
-    )
+    oneshot::channel()
 }
 
-#[derive(Debug)]
-struct Slot<T> {
-    value: Option<T>,
-    waker: Option<Waker>,
-    sender_gone: bool,
-    receiver_gone: bool,
-    /// For a request: its id once submitted, so an abandoned caller can cancel it.
-    request: Option<RequestId>,
+/// Delivers `value` to the caller; dropped if the caller stopped waiting.
+pub(crate) fn answer<T>(reply: ReplySender<T>, value: T) {
+    let _ = reply.send(value);
 }
 
-/// The driver's end of a reply slot.
-#[derive(Debug)]
-pub(crate) struct ReplySender<T> {
-    slot: Arc<Mutex<Slot<T>>>,
-}
+/// A caller's name for one send: the caller does not know the request id the driver will
+/// give it, but can name the send when it stops waiting. Unique per client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct SendKey(u64);
 
-impl<T> ReplySender<T> {
-    /// Delivers the reply (dropped if the caller is gone).
-    pub(crate) fn send(self, value: T) {
-        let waker = {
-            let mut slot = lock(&self.slot);
-            if slot.receiver_gone {
-                return;
-            }
-            slot.value = Some(value);
-            slot.waker.take()
-        };
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-    }
+/// Draws send keys (one counter per client).
+#[derive(Debug, Default)]
+pub(crate) struct SendKeys(AtomicU64);
 
-    /// Whether the caller stopped waiting.
-    pub(crate) fn is_abandoned(&self) -> bool {
-        lock(&self.slot).receiver_gone
-    }
-
-    /// Records the id the request was submitted under. Returns `false` if the caller already
-    /// stopped waiting, in which case the driver cancels the request itself.
-    pub(crate) fn set_request(&self, id: RequestId) -> bool {
-        let mut slot = lock(&self.slot);
-        slot.request = Some(id);
-        !slot.receiver_gone
+impl SendKeys {
+    pub(crate) fn next(&self) -> SendKey {
+        SendKey(self.0.fetch_add(1, Ordering::Relaxed))
     }
 }
 
-impl<T> Drop for ReplySender<T> {
-    fn drop(&mut self) {
-        let waker = {
-            let mut slot = lock(&self.slot);
-            slot.sender_gone = true;
-            slot.waker.take()
-        };
-        if let Some(waker) = waker {
-            waker.wake();
+/// A map keyed by ids keepwire makes itself (send keys, request ids): hashed with one
+/// multiplication, since no peer chooses them (SipHash's defence against chosen keys buys
+/// nothing here and costs on every request).
+pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+
+/// The hasher of [`IdMap`]: Fibonacci hashing of the key's 64 bits.
+#[derive(Debug, Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
         }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
 }
 
-/// The caller's end of a reply slot: resolves to the reply, or `None` if the driver dropped
-/// the command unanswered (it stopped).
-#[derive(Debug)]
-pub(crate) struct ReplyReceiver<T> {
-    slot: Arc<Mutex<Slot<T>>>,
-}
-
-impl<T> ReplyReceiver<T> {
-    /// Marks the caller gone and returns the request to cancel, if one was submitted and
-    /// has not been answered.
-    pub(crate) fn abandon(&self) -> Option<RequestId> {
-        let mut slot = lock(&self.slot);
-        slot.receiver_gone = true;
-        if slot.value.is_some() {
-            None
-        } else {
-            slot.request
-        }
-    }
-}
-
-impl<T> Future for ReplyReceiver<T> {
-    type Output = Option<T>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
-        let mut slot = lock(&self.slot);
-        if let Some(value) = slot.value.take() {
-            return Poll::Ready(Some(value));
-        }
-        if slot.sender_gone {
-            return Poll::Ready(None);
-        }
-        if !slot.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            slot.waker = Some(cx.waker().clone());
-        }
-        Poll::Pending
-    }
-}
-
-/// Fans events out to every live subscriber, each with a bounded queue.
+/// The driver's end of the event fan-out.
 #[derive(Debug)]
 pub(crate) struct Hub<E> {
-    /// `None` once closed: a later subscriber is closed from the start.
-    subscribers: Mutex<Option<Vec<QueueRef<E>>>>,
-    capacity: usize,
+    /// `None` once closed.
+    sender: Option<broadcast::Sender<E>>,
+}
+
+/// What clients keep of the fan-out: enough to subscribe while the driver runs, not enough to
+/// keep the subscriptions open after it stopped.
+#[derive(Debug)]
+pub(crate) struct HubHandle<E> {
+    sender: broadcast::WeakSender<E>,
 }
 
 impl<E: Clone> Hub<E> {
-    pub(crate) fn new(capacity: usize) -> Self {
-        Self {
-            subscribers: Mutex::new(Some(Vec::new())),
-            capacity: capacity.max(1),
+    /// A fan-out where each subscriber may have `capacity` events unread (rounded up to a
+    /// power of two) before the oldest are dropped.
+    pub(crate) fn new(capacity: usize) -> (Self, HubHandle<E>) {
+        let (sender, _) = broadcast::channel(capacity.clamp(1, usize::MAX >> 2));
+        let handle = HubHandle {
+            sender: sender.downgrade(),
+        };
+        (
+            Self {
+                sender: Some(sender),
+            },
+            handle,
+        )
+    }
+
+    /// Delivers `event` to every subscriber.
+    pub(crate) fn publish(&self, event: E) {
+        if let Some(sender) = &self.sender {
+            // No subscriber is fine: the event is for nobody.
+            let _ = sender.send(event);
         }
     }
 
-    pub(crate) fn subscribe(&self) -> Subscription<E> {
-        let mut subscribers = lock(&self.subscribers);
-        let queue = Arc::new(Mutex::new(Queue {
-            events: VecDeque::new(),
-            missed: 0,
-            waker: None,
-            closed: subscribers.is_none(),
-        }));
-        if let Some(subscribers) = subscribers.as_mut() {
-            subscribers.push(Arc::downgrade(&queue));
-        }
-        Subscription { queue }
-    }
-
-    /// Delivers `event` to every subscriber; a full queue drops its oldest event and counts it.
-    pub(crate) fn publish(&self, event: &E) {
-        let mut wakers = Vec::new();
-        if let Some(subscribers) = lock(&self.subscribers).as_mut() {
-            subscribers.retain(|weak| {
-                let Some(queue) = weak.upgrade() else {
-                    return false;
-                };
-                let mut queue = lock(&queue);
-                if queue.events.len() >= self.capacity {
-                    queue.events.pop_front();
-                    queue.missed += 1;
-                }
-                queue.events.push_back(event.clone());
-                wakers.extend(queue.waker.take());
-                true
-            });
-        }
-        // Woken with no lock held.
-        wakers.into_iter().for_each(Waker::wake);
-    }
-
-    /// Ends every subscription, present and future: each receives what is queued, then `None`.
-    pub(crate) fn close(&self) {
-        let mut wakers = Vec::new();
-        let subscribers = lock(&self.subscribers).take().unwrap_or_default();
-        for weak in subscribers {
-            if let Some(queue) = weak.upgrade() {
-                let mut queue = lock(&queue);
-                queue.closed = true;
-                wakers.extend(queue.waker.take());
-            }
-        }
-        wakers.into_iter().for_each(Waker::wake);
+    /// Ends every subscription, present and future: each reads what is queued, then the end.
+    pub(crate) fn close(&mut self) {
+        self.sender = None;
     }
 }
 
-/// A subscriber's queue as the hub holds it: dropped with the subscriber.
-type QueueRef<E> = Weak<Mutex<Queue<E>>>;
-
-#[derive(Debug)]
-struct Queue<E> {
-    events: VecDeque<E>,
-    missed: u64,
-    waker: Option<Waker>,
-    closed: bool,
+impl<E: Clone> HubHandle<E> {
+    /// A subscription to events published from now on; closed at once if the driver stopped.
+    pub(crate) fn subscribe(&self) -> Subscription<E> {
+        let receiver = match self.sender.upgrade() {
+            Some(sender) => sender.subscribe(),
+            None => broadcast::channel(1).1,
+        };
+        Subscription { receiver }
+    }
 }
 
 /// One subscriber's queue.
 #[derive(Debug)]
 pub(crate) struct Subscription<E> {
-    queue: Arc<Mutex<Queue<E>>>,
+    receiver: broadcast::Receiver<E>,
 }
 
 /// What a subscription yields next.
@@ -284,32 +160,36 @@ pub(crate) enum Next<E> {
     Closed,
 }
 
-impl<E> Subscription<E> {
-    pub(crate) fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Next<E>> {
-        let mut queue = lock(&self.queue);
-        match self.take(&mut queue) {
-            Some(next) => Poll::Ready(next),
-            None => {
-                queue.waker = Some(cx.waker().clone());
-                Poll::Pending
-            }
+impl<E: Clone> Subscription<E> {
+    /// The next event, waiting for one.
+    pub(crate) async fn next(&mut self) -> Next<E> {
+        match self.receiver.recv().await {
+            Ok(event) => Next::Event(event),
+            Err(broadcast::error::RecvError::Lagged(missed)) => Next::Missed(missed),
+            Err(broadcast::error::RecvError::Closed) => Next::Closed,
         }
     }
 
-    pub(crate) fn try_next(&self) -> Option<Next<E>> {
-        let mut queue = lock(&self.queue);
-        self.take(&mut queue)
+    /// The next event if one is queued.
+    pub(crate) fn try_next(&mut self) -> Option<Next<E>> {
+        match self.receiver.try_recv() {
+            Ok(event) => Some(Next::Event(event)),
+            Err(broadcast::error::TryRecvError::Lagged(missed)) => Some(Next::Missed(missed)),
+            Err(broadcast::error::TryRecvError::Closed) => Some(Next::Closed),
+            Err(broadcast::error::TryRecvError::Empty) => None,
+        }
     }
+}
 
-    fn take(&self, queue: &mut Queue<E>) -> Option<Next<E>> {
-        if queue.missed > 0 {
-            return Some(Next::Missed(std::mem::take(&mut queue.missed)));
-        }
-        if let Some(event) = queue.events.pop_front() {
-            return Some(Next::Event(event));
-        }
-        queue.closed.then_some(Next::Closed)
-    }
+/// Takes up to `limit` queued commands into `out`, registering the driver's waker when there
+/// are none. `Ready(false)` once every sender is gone and the queue is empty.
+pub(crate) fn poll_commands<C>(
+    inbox: &mut Inbox<C>,
+    cx: &mut Context<'_>,
+    out: &mut Vec<C>,
+    limit: usize,
+) -> Poll<bool> {
+    inbox.poll_recv_many(cx, out, limit).map(|n| n > 0)
 }
 
 #[cfg(test)]
@@ -318,58 +198,68 @@ mod tests {
     use futures_lite::future::block_on;
 
     #[test]
-    fn a_reply_reaches_the_receiver_and_a_dropped_sender_reads_as_none() {
+    fn a_reply_reaches_the_receiver_and_a_dropped_sender_reads_as_an_error() {
         let (tx, rx) = reply::<u32>();
-        tx.send(7);
-        assert_eq!(block_on(rx), Some(7));
+        answer(tx, 7);
+        assert_eq!(block_on(rx), Ok(7));
         let (tx, rx) = reply::<u32>();
         drop(tx);
-        assert_eq!(block_on(rx), None);
+        assert!(block_on(rx).is_err());
+        let (tx, rx) = reply::<u32>();
+        drop(rx);
+        assert!(tx.is_closed(), "the driver sees that the caller left");
     }
 
     #[test]
-    fn an_abandoned_request_is_cancelled_by_exactly_one_side() {
-        // The caller leaves before the driver submits: the driver sees it.
-        let (tx, rx) = reply::<u32>();
-        assert_eq!(rx.abandon(), None);
-        assert!(!tx.set_request(RequestId::from_u64(1)));
-        // The driver submits first: the caller's abandon returns the id to cancel.
-        let (tx, rx) = reply::<u32>();
-        assert!(tx.set_request(RequestId::from_u64(2)));
-        assert_eq!(rx.abandon(), Some(RequestId::from_u64(2)));
-        assert!(tx.is_abandoned());
+    fn send_keys_are_distinct_and_id_maps_find_them() {
+        let keys = SendKeys::default();
+        let [a, b] = [keys.next(), keys.next()];
+        assert_ne!(a, b);
+        let mut map = IdMap::default();
+        map.insert(a, 1);
+        map.insert(b, 2);
+        assert_eq!((map.get(&a), map.get(&b)), (Some(&1), Some(&2)));
+        let mut hasher = IdHasher::default();
+        hasher.write(&[1, 2, 3]);
+        assert_ne!(hasher.finish(), IdHasher::default().finish());
     }
 
     #[test]
     fn a_full_subscription_drops_the_oldest_and_says_how_many() {
-        let hub = Hub::new(2);
-        let sub = hub.subscribe();
+        let (hub, handle) = Hub::new(2);
+        let mut sub = handle.subscribe();
         for n in 0..5 {
-            hub.publish(&n);
+            hub.publish(n);
         }
         assert_eq!(sub.try_next(), Some(Next::Missed(3)));
         assert_eq!(sub.try_next(), Some(Next::Event(3)));
         assert_eq!(sub.try_next(), Some(Next::Event(4)));
         assert_eq!(sub.try_next(), None);
-        hub.close();
+        hub.publish(5);
+        drop(hub);
+        assert_eq!(
+            sub.try_next(),
+            Some(Next::Event(5)),
+            "queued events survive"
+        );
         assert_eq!(sub.try_next(), Some(Next::Closed));
+        assert_eq!(block_on(sub.next()), Next::Closed);
     }
 
     #[test]
-    fn a_subscription_made_after_close_ends_at_once() {
-        let hub = Hub::<u32>::new(2);
+    fn a_subscription_made_after_the_driver_stopped_ends_at_once() {
+        let (mut hub, handle) = Hub::<u32>::new(2);
         hub.close();
-        let late = hub.subscribe();
-        assert_eq!(late.try_next(), Some(Next::Closed));
-        hub.publish(&1);
+        let mut late = handle.subscribe();
         assert_eq!(late.try_next(), Some(Next::Closed));
     }
 
     #[test]
-    fn a_closed_inbox_hands_commands_back() {
-        let inbox = Inbox::new();
-        inbox.push(1).unwrap();
-        assert_eq!(inbox.close(), VecDeque::from([1]));
-        assert_eq!(inbox.push(2), Err(2));
+    fn a_closed_queue_hands_commands_back() {
+        let (outbox, mut inbox) = command_queue();
+        outbox.send(1).unwrap();
+        inbox.close();
+        assert_eq!(inbox.try_recv(), Ok(1));
+        assert_eq!(outbox.send(2).unwrap_err().0, 2);
     }
 }

@@ -4,6 +4,11 @@
 //! [`Runtime`] trait with async-io sockets and timers, and [`client`] builds a [`Client`]
 //! whose driver runs on smol's global executor (or on an executor you pass).
 //!
+//! The async-io pieces (timer, stream, connect) are keepwire-driver's
+//! [`async_io`] module, shared with keepwire-async-std: this crate
+//! only chooses where the driver is spawned. Features: `tracing` (on by default), `metrics`
+//! and `tower`, as keepwire-driver describes them.
+//!
 //! ```no_run
 //! # fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
@@ -32,18 +37,14 @@
 pub mod tls;
 
 use std::fmt;
-use std::io::{self, IoSlice};
-use std::net::{SocketAddr, TcpStream};
+use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
 pub use keepwire_driver::*;
-use smol::future::FutureExt;
-use smol::io::{AsyncRead, AsyncWrite};
-use smol::{Async, Executor, Timer as SmolTimer};
-use socket2::{SockRef, Socket};
+use smol::Executor;
 
 /// The smol [`Runtime`]: async-io sockets and timers, tasks on smol's global executor or on
 /// a given [`Executor`].
@@ -81,11 +82,11 @@ impl fmt::Debug for SmolRuntime {
 
 impl Runtime for SmolRuntime {
     fn now(&self) -> Instant {
-        Instant::now()
+        async_io::now()
     }
 
     fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn Timer>> {
-        Box::pin(AsyncIoTimer(SmolTimer::at(deadline)))
+        async_io::new_timer(deadline)
     }
 
     fn spawn(&self, future: BoxFuture<'static, ()>) {
@@ -97,18 +98,10 @@ impl Runtime for SmolRuntime {
 
     fn connect(
         &self,
-        socket: Socket,
+        socket: PreparedSocket,
         addr: SocketAddr,
     ) -> BoxFuture<'static, io::Result<Box<dyn IoStream>>> {
-        Box::pin(async move {
-            let connected_now = begin_connect(&socket, addr)?;
-            let stream = Async::new(TcpStream::from(socket))?;
-            if !connected_now {
-                stream.writable().await?;
-                finish_connect(&SockRef::from(&stream))?;
-            }
-            Ok(Box::new(SmolStream(stream)) as Box<dyn IoStream>)
-        })
+        async_io::connect(socket, addr)
     }
 }
 
@@ -120,41 +113,3 @@ pub fn client(config: Config) -> SmolClientBuilder {
 
 /// A [`ClientBuilder`] bound to a [`SmolRuntime`].
 pub type SmolClientBuilder = BoundClientBuilder<SmolRuntime>;
-
-#[derive(Debug)]
-struct AsyncIoTimer(SmolTimer);
-
-impl Timer for AsyncIoTimer {
-    fn reset(self: Pin<&mut Self>, deadline: Instant) {
-        self.get_mut().0.set_at(deadline);
-    }
-
-    fn poll_fire(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        self.get_mut().0.poll(cx).map(drop)
-    }
-}
-
-#[derive(Debug)]
-struct SmolStream(Async<TcpStream>);
-
-impl IoStream for SmolStream {
-    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-
-    fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        &mut self,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
-    }
-
-    fn socket(&self) -> SockRef<'_> {
-        SockRef::from(&self.0)
-    }
-}

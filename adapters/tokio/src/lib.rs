@@ -4,7 +4,14 @@
 //! [`Runtime`] trait, and [`client`] builds a [`Client`] on the current tokio runtime.
 //!
 //! The driver reads time from `tokio::time::Instant`, so with tokio's paused clock
-//! (`tokio::time::pause`) keepwire's timeouts follow the virtual time.
+//! (`tokio::time::pause`) keepwire's timeouts follow the virtual time. Its timer is tokio's
+//! own `Sleep` and its streams tokio's `TcpStream` (keepwire-driver implements the traits for
+//! them), so this crate is only the glue: a clock, a spawner and a connect.
+//!
+//! Features: `tracing` (on by default), `metrics` and `tower`, as keepwire-driver describes
+//! them. Examples: `load` (throughput), `tower` (timeout, retry and load-shed layers around a
+//! `ClientService`, `--features tower`), `prometheus` (the metrics in Prometheus' text format,
+//! `--features metrics`).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -31,19 +38,14 @@
 #[cfg(feature = "tls")]
 pub mod tls;
 
-use std::future::Future;
-use std::io::{self, IoSlice};
+use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
 pub use keepwire_driver::*;
-use socket2::{SockRef, Socket};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpSocket;
 use tokio::runtime::Handle;
-use tokio::time::Sleep;
 
 /// The tokio [`Runtime`]: spawns on a tokio runtime handle, uses tokio's clock and timers.
 #[derive(Clone, Debug)]
@@ -79,9 +81,7 @@ impl Runtime for TokioRuntime {
 
     fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn Timer>> {
         let _context = self.handle.enter();
-        Box::pin(TokioTimer {
-            sleep: Box::pin(tokio::time::sleep_until(deadline.into())),
-        })
+        Box::pin(tokio::time::sleep_until(deadline.into()))
     }
 
     fn spawn(&self, future: BoxFuture<'static, ()>) {
@@ -90,14 +90,13 @@ impl Runtime for TokioRuntime {
 
     fn connect(
         &self,
-        socket: Socket,
+        socket: PreparedSocket,
         addr: SocketAddr,
     ) -> BoxFuture<'static, io::Result<Box<dyn IoStream>>> {
         Box::pin(async move {
-            socket.set_nonblocking(true)?;
-            let socket = TcpSocket::from_std_stream(socket.into());
+            let socket = TcpSocket::from_std_stream(socket.into_std());
             let stream = socket.connect(addr).await?;
-            Ok(Box::new(TokioStream(stream)) as Box<dyn IoStream>)
+            Ok(Box::new(stream) as Box<dyn IoStream>)
         })
     }
 }
@@ -113,48 +112,3 @@ pub fn client(config: Config) -> TokioClientBuilder {
 
 /// A [`ClientBuilder`] bound to a tokio runtime.
 pub type TokioClientBuilder = BoundClientBuilder<TokioRuntime>;
-
-#[derive(Debug)]
-struct TokioTimer {
-    sleep: Pin<Box<Sleep>>,
-}
-
-impl Timer for TokioTimer {
-    fn reset(self: Pin<&mut Self>, deadline: Instant) {
-        self.get_mut().sleep.as_mut().reset(deadline.into());
-    }
-
-    fn poll_fire(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        self.get_mut().sleep.as_mut().poll(cx)
-    }
-}
-
-#[derive(Debug)]
-struct TokioStream(TcpStream);
-
-impl IoStream for TokioStream {
-    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        let mut buf = ReadBuf::new(buf);
-        match Pin::new(&mut self.0).poll_read(cx, &mut buf) {
-            Poll::Ready(Ok(())) => Poll::Ready(Ok(buf.filled().len())),
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
-    fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        &mut self,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
-    }
-
-    fn socket(&self) -> SockRef<'_> {
-        SockRef::from(&self.0)
-    }
-}

@@ -28,9 +28,9 @@ use std::task::{Context, Poll};
 
 pub use keepwire_driver::tls::*;
 use keepwire_driver::{
-    BufferedLayer, HandshakeError, HandshakeHook, HandshakeIo, IoStream, KernelAccounted,
+    BufferedLayer, HandshakeError, HandshakeHook, HandshakeIo, IoStream, KernelAccounted, SocketRef,
 };
-use socket2::SockRef;
+
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
@@ -47,7 +47,7 @@ pub fn handshake(config: TlsConfig) -> impl HandshakeHook {
 /// as its stream. A certificate that does not verify, or a server that rejects ours, is a
 /// [`HandshakeError::certificate`]; any other failure [`HandshakeError::failed`].
 pub async fn connect(config: &TlsConfig, io: HandshakeIo) -> Result<HandshakeIo, HandshakeError> {
-    let peer = io.socket().peer_addr().ok().and_then(|a| a.as_socket());
+    let peer = io.socket().peer_addr().ok();
     let name = config.server_name_for(peer)?;
     let connector = TlsConnector::from(Arc::clone(config.rustls()));
     io.upgrade(|stream| async move {
@@ -83,7 +83,7 @@ impl BufferedLayer for TokioTls {
         Pin::new(&mut self.0).poll_flush(cx)
     }
 
-    fn socket(&self) -> SockRef<'_> {
+    fn socket(&self) -> SocketRef<'_> {
         self.0.get_ref().0.0.socket()
     }
 }
@@ -133,7 +133,7 @@ impl AsyncWrite for Compat {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let _ = self.0.socket().shutdown(std::net::Shutdown::Write);
+        // keepwire never shuts a connection down half-way: dropping the stream closes it.
         Poll::Ready(Ok(()))
     }
 }

@@ -132,6 +132,7 @@ impl Driver {
     /// stream holds part of), reported to the pool unless the stream still holds some of it;
     /// whether bytes moved (or the connection ended).
     fn write(&mut self, cx: &mut Context<'_>, conn: ConnId, again: bool) -> bool {
+        self.telemetry.touched(conn.node());
         let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
             if again {
                 // Closed meanwhile: the pool ended the hand-out with the connection.
@@ -225,6 +226,7 @@ impl Driver {
                 Poll::Ready(Ok(n)) => {
                     open.inbound.extend_from_slice(&self.read_buf[..n]);
                     moved = true;
+                    self.telemetry.touched(conn.node());
                     if !self.decode(now, conn) {
                         return true;
                     }
@@ -251,7 +253,7 @@ impl Driver {
                 Ok(decoded) => decoded,
                 Err(message) => {
                     // The buffer's state is unknown: only closing the connection is safe.
-                    self.publish(&ClientEvent::CodecPanicked { conn, message });
+                    self.publish(ClientEvent::CodecPanicked { conn, message });
                     self.violated(now, conn, Violation::Undecodable);
                     return false;
                 }

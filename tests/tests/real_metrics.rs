@@ -1,0 +1,173 @@
+//! What a `metrics` recorder sees, on every runtime: the pool's counters as
+//! `keepwire_<field>_total`, per-node counters and gauges labelled with the node's address,
+//! nodes per state, and every gauge back to zero once the client stops. The recorder is the
+//! test thread's local default and every task runs on that thread.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keepwire_driver::{ClientBuilder, Runtime, SendError, Target};
+use keepwire_proto::CloseReason;
+use keepwire_tests::collect::CollectingRecorder;
+use keepwire_tests::peers::{Behaviour, Peer};
+use keepwire_tests::{sleep, spawn, test_config, test_on_this_thread_on_every_runtime, within};
+
+async fn counters_and_gauges_carry_the_documented_names_and_values(runtime: Arc<dyn Runtime>) {
+    let recorder = CollectingRecorder::default();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let echo = Peer::start(Behaviour::Echo);
+    let stalled = Peer::never_read();
+    let mut config = test_config();
+    config.socket.send_buffer_size = Some(4096);
+    config.socket.recv_buffer_size = Some(4096);
+    let client = ClientBuilder::new(config)
+        .node(echo.addr())
+        .node(stalled.addr())
+        .build(Arc::clone(&runtime))
+        .unwrap();
+    let [a, b] = [client.initial_nodes()[0], client.initial_nodes()[1]];
+    let (label_a, label_b) = (echo.addr().to_string(), stalled.addr().to_string());
+    let node_a = [("node", label_a.as_str())];
+    let node_b = [("node", label_b.as_str())];
+    // Both nodes start disconnected.
+    assert_eq!(
+        recorder.gauge("keepwire_nodes", &[("state", "disconnected")]),
+        Some(2.0)
+    );
+
+    // Five answered requests on A.
+    for i in 0..5 {
+        let answer = client
+            .send(Target::Node(a), format!("ping {i}"), Duration::from_secs(5))
+            .await;
+        assert!(answer.is_ok(), "{answer:?}");
+    }
+    client.counters().await.unwrap(); // one more driver poll: the metrics are flushed
+    assert_eq!(recorder.counter("keepwire_submitted_total", &[]), Some(5));
+    assert_eq!(recorder.counter("keepwire_responses_total", &[]), Some(5));
+    assert_eq!(recorder.counter("keepwire_connects_total", &[]), Some(1));
+    assert_eq!(
+        recorder.counter("keepwire_node_connects_total", &node_a),
+        Some(1)
+    );
+    let ready_a = [("node", label_a.as_str()), ("state", "ready")];
+    assert_eq!(recorder.gauge("keepwire_node_state", &ready_a), Some(1.0));
+    assert_eq!(
+        recorder.gauge("keepwire_nodes", &[("state", "ready")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        recorder.gauge("keepwire_nodes", &[("state", "disconnected")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        recorder.gauge("keepwire_node_in_flight", &node_a),
+        Some(0.0)
+    );
+    assert_eq!(
+        recorder.gauge("keepwire_node_pending_bytes", &node_a),
+        Some(0.0)
+    );
+    assert_eq!(recorder.gauge("keepwire_node_writable", &node_a), Some(1.0));
+
+    // An eviction on A, by request.
+    client.evict(a).await.unwrap();
+    client.counters().await.unwrap();
+    assert_eq!(recorder.counter("keepwire_evictions_total", &[]), Some(1));
+    let evicted = [("node", label_a.as_str()), ("reason", "requested")];
+    assert_eq!(
+        recorder.counter("keepwire_node_evictions_total", &evicted),
+        Some(1)
+    );
+    let closed = [("node", label_a.as_str()), ("reason", "evicted")];
+    assert_eq!(
+        recorder.counter("keepwire_node_closes_total", &closed),
+        Some(1)
+    );
+
+    // A 4 MiB request stalls on B: pending bytes and in flight show, then the write timeout.
+    let big = spawn(&*runtime, {
+        let client = client.clone();
+        async move {
+            client
+                .send(Target::Node(b), vec![7u8; 4 << 20], Duration::from_secs(10))
+                .await
+        }
+    });
+    sleep(&*runtime, Duration::from_millis(150)).await;
+    client.counters().await.unwrap();
+    let pending = recorder
+        .gauge("keepwire_node_pending_bytes", &node_b)
+        .unwrap();
+    assert!(
+        pending > 3.0 * 1024.0 * 1024.0 && pending <= 4.0 * 1024.0 * 1024.0 + 4096.0,
+        "{pending}"
+    );
+    assert_eq!(
+        recorder.gauge("keepwire_node_in_flight", &node_b),
+        Some(1.0)
+    );
+    assert_eq!(recorder.gauge("keepwire_pending_bytes", &[]), Some(pending));
+    let lost = within(&*runtime, Duration::from_secs(3), big.join())
+        .await
+        .expect("the write timeout ends the request");
+    assert!(
+        matches!(
+            lost,
+            Err(SendError::ConnectionLost {
+                cause: CloseReason::WriteTimeout,
+                ..
+            })
+        ),
+        "{lost:?}"
+    );
+    client.counters().await.unwrap();
+    assert_eq!(
+        recorder.counter("keepwire_write_timeouts_total", &[]),
+        Some(1)
+    );
+    assert_eq!(
+        recorder.counter("keepwire_node_write_timeouts_total", &node_b),
+        Some(1)
+    );
+    let timed_out = [("node", label_b.as_str()), ("reason", "write_timeout")];
+    assert_eq!(
+        recorder.counter("keepwire_node_closes_total", &timed_out),
+        Some(1)
+    );
+    assert_eq!(
+        recorder.gauge("keepwire_node_pending_bytes", &node_b),
+        Some(0.0)
+    );
+    assert_eq!(
+        recorder.gauge("keepwire_node_in_flight", &node_b),
+        Some(0.0)
+    );
+    assert_eq!(recorder.gauge("keepwire_pending_bytes", &[]), Some(0.0));
+
+    // Stopped: every gauge this client moved is back to zero; the counters stay.
+    client.shutdown().await;
+    for state in ["disconnected", "connecting", "ready", "closed"] {
+        assert_eq!(
+            recorder.gauge("keepwire_nodes", &[("state", state)]),
+            Some(0.0),
+            "{state}"
+        );
+    }
+    assert_eq!(recorder.gauge("keepwire_node_state", &ready_a), Some(0.0));
+    assert_eq!(recorder.gauge("keepwire_node_writable", &node_a), Some(0.0));
+    assert_eq!(recorder.counter("keepwire_submitted_total", &[]), Some(6));
+    let names: Vec<String> = recorder
+        .counters()
+        .into_iter()
+        .map(|((name, _), _)| name)
+        .collect();
+    assert!(
+        names
+            .iter()
+            .all(|n| n.starts_with("keepwire_") && n.ends_with("_total")),
+        "{names:?}"
+    );
+}
+
+test_on_this_thread_on_every_runtime!(counters_and_gauges_carry_the_documented_names_and_values);

@@ -1,0 +1,190 @@
+//! What an operator's `tracing` subscriber sees, on every runtime: a write timeout is a
+//! warning, an eviction an info, a quarantine a warning, each under the spans of its node
+//! (with the node's address) and connection, with its typed reason. The subscriber is the
+//! test's thread-local default and every task runs on that thread.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keepwire_driver::{ClientBuilder, Runtime, SendError, Target};
+use keepwire_proto::{CloseReason, Event};
+use keepwire_tests::collect::{CollectingSubscriber, SeenEvent};
+use keepwire_tests::peers::{Behaviour, Peer, RefusingPort};
+use keepwire_tests::{test_config, test_on_this_thread_on_every_runtime, wait_for};
+use tracing::Level;
+
+/// Runs `body` with a collecting subscriber as the thread's default, and returns what it saw.
+async fn traced<F: Future<Output = ()>>(body: F) -> Vec<SeenEvent> {
+    let subscriber = CollectingSubscriber::default();
+    let _default = tracing::subscriber::set_default(subscriber.clone());
+    body.await;
+    subscriber.events()
+}
+
+/// The one keepwire event whose message starts with `message`.
+fn the<'a>(events: &'a [SeenEvent], message: &str) -> &'a SeenEvent {
+    let found: Vec<_> = events
+        .iter()
+        .filter(|e| e.target == "keepwire" && e.message.starts_with(message))
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "events starting {message:?}: {:#?}",
+        events.iter().map(|e| &e.message).collect::<Vec<_>>()
+    );
+    found[0]
+}
+
+async fn a_write_timeout_is_a_warning_under_its_node_and_connection(runtime: Arc<dyn Runtime>) {
+    let peer = Peer::never_read();
+    let events = traced(async {
+        let mut config = test_config();
+        config.socket.send_buffer_size = Some(4096);
+        config.socket.recv_buffer_size = Some(4096);
+        let client = ClientBuilder::new(config)
+            .node(peer.addr())
+            .build(Arc::clone(&runtime))
+            .unwrap();
+        let outcome = client
+            .send(Target::Best, vec![7u8; 4 << 20], Duration::from_secs(10))
+            .await;
+        assert!(
+            matches!(
+                outcome,
+                Err(SendError::ConnectionLost {
+                    cause: CloseReason::WriteTimeout,
+                    ..
+                })
+            ),
+            "{outcome:?}"
+        );
+        client.shutdown().await;
+    })
+    .await;
+    let timeout = the(&events, "write timeout");
+    assert_eq!(timeout.level, Level::WARN);
+    assert_eq!(timeout.fields["reason"], "closed: write timeout");
+    assert_eq!(timeout.fields["kind"], "write_timeout");
+    assert_eq!(timeout.fields["from"], "ready");
+    assert_eq!(timeout.fields["state"], "disconnected");
+    let addr = peer.addr().to_string();
+    assert_eq!(timeout.span_field("keepwire_node", "addr"), Some(&*addr));
+    assert!(
+        timeout.span_field("keepwire_conn", "conn").is_some(),
+        "{timeout:?}"
+    );
+    assert!(timeout.span_field("keepwire_client", "seed").is_some());
+    // The connection's way there: connecting and ready are debug, as a reconnect would be.
+    let connecting = the(&events, "connecting");
+    assert_eq!(connecting.level, Level::DEBUG);
+    assert_eq!(connecting.fields["reason"], "on demand");
+    // One 4 MiB frame stays below the 16 MiB high watermark: the write timeout, not the
+    // watermarks, ended this connection.
+    assert!(
+        events
+            .iter()
+            .all(|e| !e.message.starts_with("not writable")),
+        "no watermark flip for one 4 MiB frame under a 16 MiB high watermark"
+    );
+}
+
+async fn an_eviction_is_an_info_with_its_reason(runtime: Arc<dyn Runtime>) {
+    let peer = Peer::start(Behaviour::Echo);
+    let events = traced(async {
+        let client = ClientBuilder::new(test_config())
+            .node(peer.addr())
+            .build(Arc::clone(&runtime))
+            .unwrap();
+        let node = client.initial_nodes()[0];
+        let ping = || client.send(Target::Node(node), &b"ping"[..], Duration::from_secs(5));
+        assert_eq!(ping().await.as_deref(), Ok(&b"ping"[..]));
+        client.evict(node).await.unwrap();
+        assert_eq!(ping().await.as_deref(), Ok(&b"ping"[..]));
+        client.shutdown().await;
+    })
+    .await;
+    let evicted = the(&events, "connection evicted");
+    assert_eq!(evicted.level, Level::INFO);
+    assert_eq!(evicted.fields["kind"], "requested");
+    assert_eq!(evicted.fields["reason"], "requested");
+    assert_eq!(
+        evicted.span_field("keepwire_node", "addr"),
+        Some(&*peer.addr().to_string())
+    );
+    let evicted_conn = evicted.span_field("keepwire_conn", "conn");
+    assert!(evicted_conn.is_some());
+    // The close it caused is filed under the same connection, not the next one.
+    let closed = events
+        .iter()
+        .find(|e| e.message == "connection closed" && e.fields["kind"] == "evicted")
+        .expect("the evicted connection's close");
+    assert_eq!(closed.level, Level::DEBUG);
+    assert_eq!(closed.span_field("keepwire_conn", "conn"), evicted_conn);
+    let connects: Vec<_> = events
+        .iter()
+        .filter(|e| e.message == "connecting")
+        .map(|e| e.span_field("keepwire_conn", "conn"))
+        .collect();
+    assert_eq!(connects.len(), 2, "the second ping reconnected");
+    assert_ne!(connects[0], connects[1], "each connection has its own span");
+}
+
+async fn a_quarantine_is_a_warning_with_its_cause(runtime: Arc<dyn Runtime>) {
+    let port = RefusingPort::new();
+    let events = traced(async {
+        let mut config = test_config();
+        config.quarantine_after_failures = 2;
+        config.panic_threshold = 0.0; // strict quarantine: this test is not about panic mode
+        config.reconnect_backoff = Duration::from_millis(10);
+        config.reconnect_backoff_max = Duration::from_millis(20);
+        let client = ClientBuilder::new(config)
+            .node(port.addr())
+            .build(Arc::clone(&runtime))
+            .unwrap();
+        let node = client.initial_nodes()[0];
+        let mut events = client.subscribe();
+        // Each send waits out the backoff, connects, and is refused: two failures.
+        for _ in 0..2 {
+            let refused = client
+                .send(Target::Node(node), &b"hi"[..], Duration::from_secs(2))
+                .await;
+            assert!(refused.is_err_and(|e| e.is_retryable()));
+        }
+        wait_for(
+            &*runtime,
+            &mut events,
+            Duration::from_secs(3),
+            "quarantine",
+            |e| matches!(e, Event::Quarantined { .. }).then_some(()),
+        )
+        .await;
+        client.shutdown().await;
+    })
+    .await;
+    let quarantined = the(&events, "node quarantined");
+    assert_eq!(quarantined.level, Level::WARN);
+    assert_eq!(quarantined.fields["kind"], "connection_failures");
+    assert_eq!(
+        quarantined.span_field("keepwire_node", "addr"),
+        Some(&*port.addr().to_string())
+    );
+    let failures: Vec<_> = events
+        .iter()
+        .filter(|e| e.message == "connection failed")
+        .collect();
+    assert!(failures.len() >= 2, "{failures:#?}");
+    assert!(failures.iter().all(|e| e.level == Level::INFO));
+    assert!(
+        failures
+            .iter()
+            .all(|e| e.fields["reason"].starts_with("closed: connect failed")),
+        "{failures:#?}"
+    );
+}
+
+test_on_this_thread_on_every_runtime!(
+    a_write_timeout_is_a_warning_under_its_node_and_connection,
+    an_eviction_is_an_info_with_its_reason,
+    a_quarantine_is_a_warning_with_its_cause,
+);
