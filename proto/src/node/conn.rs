@@ -259,9 +259,14 @@ impl Node {
     /// of which not one byte was handed out goes to the pool for one more try instead.
     fn fail_all(&mut self, sink: &mut Sink<'_>, reason: CloseReason) {
         let outcome = Outcome::ConnectionLost(reason);
+        // A refused authentication or certificate is final: retrying elsewhere would only
+        // meet the same refusal, so its requests end at once.
         let retry = sink.config.retry_unsent
             && !sink.shut_down
-            && !matches!(reason, CloseReason::NodeRemoved | CloseReason::Shutdown);
+            && !matches!(
+                reason,
+                CloseReason::NodeRemoved | CloseReason::Shutdown | CloseReason::AuthFailed
+            );
         sink.total_pending.release(self.outbound.pending());
         let frames: Vec<Frame> = self.outbound.drain().collect();
         for frame in frames {

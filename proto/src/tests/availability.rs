@@ -480,3 +480,25 @@ fn a_retry_that_nothing_can_take_ends_with_its_first_outcome() {
     );
     assert_eq!(h.pool.in_flight(node), Some(0));
 }
+
+#[test]
+fn a_refused_authentication_is_final_and_its_requests_are_not_retried() {
+    let mut config = retrying();
+    config.handshake = true;
+    let mut h = Harness::new(config);
+    let (a, _b) = (h.add(), h.add());
+    let id = h.submit(a, 10, secs(5));
+    let (conn, _) = h.expect_open();
+    h.pool.handle_connected(h.now, conn).unwrap();
+    h.pool.handle_handshake_failed(h.now, conn, true).unwrap();
+    h.collect();
+    assert_eq!(
+        sent_of(&h, id),
+        (
+            Outcome::ConnectionLost(CloseReason::AuthFailed),
+            Sent::Nothing,
+            false
+        )
+    );
+    assert_eq!(h.pool.counters().transparent_retries, 0);
+}
