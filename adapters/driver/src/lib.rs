@@ -158,6 +158,8 @@
 
 #[cfg(feature = "async-io")]
 pub mod async_io;
+#[cfg(feature = "async-io-tls")]
+pub mod async_io_tls;
 mod client;
 mod codec;
 mod driver;
