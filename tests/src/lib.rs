@@ -18,6 +18,7 @@
 pub mod collect;
 pub mod netns;
 pub mod peers;
+pub mod pg;
 pub mod protocols;
 pub mod runtimes;
 pub mod servers;

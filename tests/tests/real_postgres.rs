@@ -11,9 +11,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use keepwire_driver::{Client, ClientBuilder, ClientEvent, Runtime, SendError, Sent, Target};
 use keepwire_proto::{CloseReason, Config, Event, Failure, NodeState, Phase, Reason};
+use keepwire_tests::pg::{pipelined, query, text, value};
 use keepwire_tests::protocols::postgres::{Postgres, Response, Startup};
 use keepwire_tests::servers::{PostgresServer, Shared, Signal};
 use keepwire_tests::{
@@ -61,31 +61,6 @@ fn client(
 
 fn superuser() -> Startup {
     Startup::new("postgres", "postgres")
-}
-
-/// Runs `sql` on the client's one node and reads the response; panics on any failure.
-///
-/// `Target::Node`, not `Target::Best`: right after its connection was lost, a sole node is in
-/// its reconnect backoff, when selection refuses at once (`NoNode`) but a request for the
-/// node waits for the reconnect.
-async fn query(client: &Client, sql: &str) -> Response {
-    let node = client.initial_nodes()[0];
-    let payload = client
-        .send(Target::Node(node), sql.to_owned(), Duration::from_secs(5))
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    Response::parse(&payload).unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
-
-/// The text of the first value of `sql`'s result.
-async fn value(client: &Client, sql: &str) -> String {
-    let response = query(client, sql).await.into_result().unwrap();
-    String::from_utf8(response.value(0, 0).expect("a value").to_vec()).unwrap()
-}
-
-fn text(payload: &Bytes) -> String {
-    let response = Response::parse(payload).unwrap().into_result().unwrap();
-    String::from_utf8(response.value(0, 0).expect("a value").to_vec()).unwrap()
 }
 
 async fn queries_and_logins(runtime: Arc<dyn Runtime>) {
@@ -207,39 +182,7 @@ async fn many_tasks_get_their_own_answers(runtime: Arc<dyn Runtime>) {
         "64 × 500 queries",
         async {
             let client = client(&runtime, config(), server.addr(), superuser());
-            let pid = value(&client, "SELECT pg_backend_pid()").await;
-            let started = Instant::now();
-            let tasks: Vec<_> = (0..TASKS)
-                .map(|t| {
-                    let client = client.clone();
-                    spawn(&*runtime, async move {
-                        let mut mismatches = 0;
-                        for r in 0..REQUESTS {
-                            let expected = format!("{name}-{t}-{r}");
-                            let sql = format!("SELECT '{expected}'");
-                            let payload = client
-                                .send(Target::Best, sql, Duration::from_secs(20))
-                                .await
-                                .unwrap_or_else(|e| panic!("task {t} request {r}: {e}"));
-                            if text(&payload) != expected {
-                                mismatches += 1;
-                            }
-                        }
-                        mismatches
-                    })
-                })
-                .collect();
-            let mut mismatches = 0;
-            for task in tasks {
-                mismatches += task.join().await;
-            }
-            let took = started.elapsed();
-            assert_eq!(mismatches, 0);
-            assert_eq!(
-                value(&client, "SELECT pg_backend_pid()").await,
-                pid,
-                "all on one connection"
-            );
+            let took = pipelined(&runtime, &client, TASKS, REQUESTS).await;
             println!(
                 "[postgres 64 × 500, {name}] {} queries in {took:?}, 0 mismatches",
                 TASKS * REQUESTS

@@ -9,16 +9,16 @@
 //! connection), and the server itself says the session is encrypted (`pg_stat_ssl`).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::Bytes;
 use keepwire_driver::tls::TlsConfig;
-use keepwire_driver::{Client, ClientBuilder, HandshakeError, HandshakeIo, Runtime, Target};
+use keepwire_driver::{Client, ClientBuilder, HandshakeError, HandshakeIo, Runtime};
 use keepwire_proto::Config;
-use keepwire_tests::protocols::postgres::{Postgres, Response, Startup};
+use keepwire_tests::pg::{pipelined, query, value};
+use keepwire_tests::protocols::postgres::{Postgres, Startup};
 use keepwire_tests::servers::{PostgresServer, Shared};
 use keepwire_tests::tls::{Pki, TlsOn};
-use keepwire_tests::{bounded, runtime_name, spawn, test_config, test_tls_on_every_runtime};
+use keepwire_tests::{bounded, runtime_name, test_config, test_tls_on_every_runtime};
 
 /// PostgreSQL's SSLRequest: length 8, code 80877103.
 const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
@@ -93,27 +93,6 @@ fn superuser() -> Startup {
     Startup::new("postgres", "postgres")
 }
 
-/// Runs `sql` on the client's one node and reads the response; panics on any failure.
-async fn query(client: &Client, sql: &str) -> Response {
-    let node = client.initial_nodes()[0];
-    let payload = client
-        .send(Target::Node(node), sql.to_owned(), Duration::from_secs(5))
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    Response::parse(&payload).unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
-
-/// The text of the first value of `sql`'s result.
-async fn value(client: &Client, sql: &str) -> String {
-    let response = query(client, sql).await.into_result().unwrap();
-    String::from_utf8(response.value(0, 0).expect("a value").to_vec()).unwrap()
-}
-
-fn text(payload: &Bytes) -> String {
-    let response = Response::parse(payload).unwrap().into_result().unwrap();
-    String::from_utf8(response.value(0, 0).expect("a value").to_vec()).unwrap()
-}
-
 /// The plaintext client's queries and logins, over TLS.
 async fn queries_and_logins_over_tls(runtime: Arc<dyn Runtime>, on: TlsOn) {
     let server = server();
@@ -182,39 +161,7 @@ async fn many_tasks_get_their_own_answers_over_tls(runtime: Arc<dyn Runtime>, on
         "64 × 100 queries over TLS",
         async {
             let client = client(&runtime, &server, on, superuser());
-            let pid = value(&client, "SELECT pg_backend_pid()").await;
-            let started = Instant::now();
-            let tasks: Vec<_> = (0..TASKS)
-                .map(|t| {
-                    let client = client.clone();
-                    spawn(&*runtime, async move {
-                        let mut mismatches = 0;
-                        for r in 0..REQUESTS {
-                            let expected = format!("{name}-{t}-{r}");
-                            let sql = format!("SELECT '{expected}'");
-                            let payload = client
-                                .send(Target::Best, sql, Duration::from_secs(20))
-                                .await
-                                .unwrap_or_else(|e| panic!("task {t} request {r}: {e}"));
-                            if text(&payload) != expected {
-                                mismatches += 1;
-                            }
-                        }
-                        mismatches
-                    })
-                })
-                .collect();
-            let mut mismatches = 0;
-            for task in tasks {
-                mismatches += task.join().await;
-            }
-            let took = started.elapsed();
-            assert_eq!(mismatches, 0);
-            assert_eq!(
-                value(&client, "SELECT pg_backend_pid()").await,
-                pid,
-                "all on one connection"
-            );
+            let took = pipelined(&runtime, &client, TASKS, REQUESTS).await;
             println!(
                 "[postgres over TLS 64 × 100, {name}] {} queries in {took:?}, 0 mismatches",
                 TASKS * REQUESTS
