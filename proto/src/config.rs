@@ -96,10 +96,13 @@ pub struct Config {
     /// Default 0.5.
     pub panic_threshold: f64,
     /// Transparent retry (gRPC's): a request of which not one byte was handed to the adapter,
-    /// ended by a connection failure, an eviction or a failed connect, is queued once more —
-    /// on another node chosen by selection, or on a fresh connection of the same node when it
-    /// was submitted to that node — within its own deadline. Counted, and
-    /// [`Event::RequestDone::retried`](crate::Event::RequestDone) says so. Default false.
+    /// ended by a connection failure, a failed connect, a setup or write timeout or a
+    /// quarantine, is queued once more — on another node chosen by selection, or on a fresh
+    /// connection of the same node when it was submitted to that node — within its own
+    /// deadline. A refused authentication or certificate is final: its requests are not
+    /// retried. Counted, and [`Event::RequestDone::retried`](crate::Event::RequestDone) says
+    /// so. (An eviction moves untouched requests to a fresh connection once whatever this
+    /// says.) Default false.
     pub retry_unsent: bool,
     /// Delay before the first probe of a quarantined node; doubles after each failed probe,
     /// counted from that failure (the Pinot broker's detector: 5 s). Default 5 s.

@@ -328,6 +328,7 @@ impl Pool {
     /// [`shutdown_gracefully`](Self::shutdown_gracefully) to cut a drain short.
     pub fn shutdown(&mut self, now: Instant) {
         self.shut_down = true;
+        self.update_panic(now); // a shut-down pool selects nothing: it leaves panic mode
         self.every_node(now, |n, sink| n.close(sink, CloseReason::Shutdown, true));
     }
 
@@ -337,6 +338,7 @@ impl Pool {
     /// had queued with [`CloseReason::Shutdown`]. Every node ends `Closed`.
     pub fn shutdown_gracefully(&mut self, now: Instant) {
         self.shut_down = true;
+        self.update_panic(now); // a shut-down pool selects nothing: it leaves panic mode
         self.every_node(now, Node::shut_down_gracefully);
     }
 

@@ -80,7 +80,7 @@ impl Pool {
         if !self.retry.is_empty() {
             self.route_retries(now);
         }
-        if self.census != census || self.shut_down {
+        if self.census != census {
             self.update_panic(now);
         }
         Ok(result)
