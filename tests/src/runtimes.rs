@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use keepwire_async_std::AsyncStdRuntime;
-use keepwire_driver::{BoxFuture, IoStream, PreparedSocket, Runtime, Timer};
+use keepwire_driver::{BoxFuture, IoStream, PreparedSocket, ResolveError, Runtime, Timer};
 use keepwire_smol::SmolRuntime;
 use keepwire_tokio::TokioRuntime;
 use smol::Executor;
@@ -149,5 +149,13 @@ impl Runtime for SpawnHere {
         addr: SocketAddr,
     ) -> BoxFuture<'static, std::io::Result<Box<dyn IoStream>>> {
         self.inner.connect(socket, addr)
+    }
+
+    fn resolve(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> BoxFuture<'static, Result<Vec<SocketAddr>, ResolveError>> {
+        self.inner.resolve(host, port)
     }
 }

@@ -74,6 +74,18 @@ impl Runtime for AsyncStdRuntime {
     ) -> BoxFuture<'static, io::Result<Box<dyn IoStream>>> {
         async_io::connect(socket, addr)
     }
+
+    /// std's resolver on async-std's blocking pool (`spawn_blocking`).
+    fn resolve(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> BoxFuture<'static, Result<Vec<SocketAddr>, ResolveError>> {
+        let host = host.to_owned();
+        Box::pin(async_std::task::spawn_blocking(move || {
+            resolve_blocking(&host, port)
+        }))
+    }
 }
 
 /// Builds a [`Client`] whose driver runs on async-std's executor.

@@ -97,6 +97,23 @@ pub trait Codec: Send + Sync + fmt::Debug + 'static {
 
     /// A decoder for a new connection.
     fn decoder(&self) -> Box<dyn Decoder>;
+
+    /// Appends the frame of a heartbeat ping to `dst`: a request the server answers at once
+    /// and that changes nothing (Redis `PING`, memcached `version`, an empty PostgreSQL
+    /// query). `id` is the protocol id to write with [`Correlation::ById`], `None` in order,
+    /// as for [`encode`](Self::encode).
+    ///
+    /// `None`, the default, means the protocol has no ping: a client with heartbeats on
+    /// ([`ClientBuilder::heartbeat`](crate::ClientBuilder::heartbeat)) cannot be built on
+    /// this codec. The driver sends the ping on a connection idle longer than the heartbeat
+    /// interval; the connection's decoder cuts its answer like any response (with the id, or
+    /// in its place in order), and the driver consumes it: no caller ever sees it. A ping
+    /// that cannot be framed (`Some(Err(_))`) is not sent, and its deadline then closes the
+    /// connection as a heartbeat timeout.
+    fn heartbeat(&self, id: Option<u64>, dst: &mut BytesMut) -> Option<Result<(), EncodeError>> {
+        let _ = (id, dst);
+        None
+    }
 }
 
 /// Cuts the responses out of one connection's bytes; may keep state between calls.
@@ -221,7 +238,8 @@ pub enum EncodeError {
 /// ```
 ///
 /// `length` counts the correlation id and the payload, so a length below 8 is a malformed
-/// header. A server echoes the id in its response.
+/// header. A server echoes the id in its response. Its heartbeat ping ([`Codec::heartbeat`])
+/// is a frame with an empty payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LengthPrefixed {
     max_payload: u32,
@@ -336,6 +354,12 @@ impl Codec for LengthPrefixed {
 
     fn decoder(&self) -> Box<dyn Decoder> {
         Box::new(*self)
+    }
+
+    /// An empty payload with the heartbeat's id: an echoing server answers it with an empty
+    /// payload and the same id.
+    fn heartbeat(&self, id: Option<u64>, dst: &mut BytesMut) -> Option<Result<(), EncodeError>> {
+        Some(Self::frame_into(id.unwrap_or(0), &[], dst))
     }
 }
 
@@ -459,6 +483,47 @@ mod tests {
             ]
         );
         assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn the_heartbeat_is_an_empty_frame_with_its_id() {
+        let codec = LengthPrefixed::default();
+        let mut wire = BytesMut::new();
+        assert_eq!(codec.heartbeat(Some(9), &mut wire), Some(Ok(())));
+        assert_eq!(&wire[..], &[0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 9]);
+        let echoed = codec.decoder().decode(&mut wire).unwrap();
+        assert_eq!(
+            echoed,
+            Some(Decoded::Tagged {
+                id: 9,
+                payload: Bytes::new()
+            })
+        );
+    }
+
+    #[test]
+    fn a_codec_has_no_heartbeat_unless_it_says_so() {
+        #[derive(Debug)]
+        struct NoPing;
+        impl Codec for NoPing {
+            fn correlation(&self) -> Correlation {
+                Correlation::InOrder
+            }
+            fn encode(
+                &self,
+                _: &[u8],
+                _: Option<u64>,
+                _: &mut BytesMut,
+            ) -> Result<(), EncodeError> {
+                Ok(())
+            }
+            fn decoder(&self) -> Box<dyn Decoder> {
+                Box::new(LengthPrefixed::default())
+            }
+        }
+        let mut wire = BytesMut::new();
+        assert_eq!(NoPing.heartbeat(None, &mut wire), None);
+        assert!(wire.is_empty());
     }
 
     #[test]

@@ -167,6 +167,7 @@ mod error;
 mod handshake;
 mod layer;
 mod ready;
+mod resolve;
 mod runtime;
 mod service;
 mod socket;
@@ -190,6 +191,7 @@ pub use keepwire_proto::{
     SelectionRule, Sent, SocketOptions, SubmitError, Target, Unavailable, Violation,
 };
 pub use layer::{BufferedLayer, KernelAccounted};
+pub use resolve::{ResolveError, Resolver, resolve_blocking};
 pub use runtime::{BoxFuture, IoStream, Runtime, Timer, sleep_until};
 pub use service::{Backpressure, ClientService};
 pub use socket::{

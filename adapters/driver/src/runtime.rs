@@ -14,6 +14,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use crate::resolve::ResolveError;
 use crate::socket::{PreparedSocket, SocketRef};
 
 /// A boxed, sendable future, as the runtime trait hands them around.
@@ -97,6 +98,22 @@ pub trait Runtime: Send + Sync + fmt::Debug + 'static {
         socket: PreparedSocket,
         addr: SocketAddr,
     ) -> BoxFuture<'static, io::Result<Box<dyn IoStream>>>;
+
+    /// Resolves a node's host name, on every connect attempt to a node added by name: the
+    /// default [`Resolver`](crate::Resolver) of clients on this runtime (a client may replace
+    /// it with [`ClientBuilder::resolver`](crate::ClientBuilder::resolver)).
+    ///
+    /// The default runs std's resolver ([`resolve_blocking`](crate::resolve_blocking)) on a
+    /// thread of its own per lookup. A runtime with a pool for blocking work runs it there
+    /// instead, as keepwire-tokio, keepwire-smol and keepwire-async-std do. As with
+    /// [`connect`](Self::connect), the driver drops the future at the setup deadline.
+    fn resolve(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> BoxFuture<'static, Result<Vec<SocketAddr>, ResolveError>> {
+        crate::resolve::resolve_on_thread(host, port)
+    }
 }
 
 /// A resettable timer, like tokio's `Sleep` or async-io's `Timer` (both implement it, behind

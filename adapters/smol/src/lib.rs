@@ -103,6 +103,16 @@ impl Runtime for SmolRuntime {
     ) -> BoxFuture<'static, io::Result<Box<dyn IoStream>>> {
         async_io::connect(socket, addr)
     }
+
+    /// std's resolver on smol's blocking pool (`smol::unblock`).
+    fn resolve(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> BoxFuture<'static, Result<Vec<SocketAddr>, ResolveError>> {
+        let host = host.to_owned();
+        Box::pin(smol::unblock(move || resolve_blocking(&host, port)))
+    }
 }
 
 /// Builds a [`Client`] whose driver runs on smol's global executor; to run it on an executor

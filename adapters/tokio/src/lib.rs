@@ -99,6 +99,24 @@ impl Runtime for TokioRuntime {
             Ok(Box::new(stream) as Box<dyn IoStream>)
         })
     }
+
+    /// std's resolver on this runtime's blocking pool (what `tokio::net::lookup_host` does,
+    /// on the client's runtime wherever the lookup is polled from).
+    fn resolve(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> BoxFuture<'static, Result<Vec<SocketAddr>, ResolveError>> {
+        let host = host.to_owned();
+        let lookup = self
+            .handle
+            .spawn_blocking(move || resolve_blocking(&host, port));
+        Box::pin(async move {
+            lookup
+                .await
+                .unwrap_or_else(|e| Err(ResolveError::Failed(io::Error::other(e))))
+        })
+    }
 }
 
 /// Builds a [`Client`] on the tokio runtime of the calling context.

@@ -122,6 +122,12 @@ impl Codec for Memcached {
     fn decoder(&self) -> Box<dyn Decoder> {
         Box::new(MemcachedDecoder::new(*self))
     }
+
+    /// `version\r\n`: answered at once with one line, changes nothing.
+    fn heartbeat(&self, _id: Option<u64>, dst: &mut BytesMut) -> Option<Result<(), EncodeError>> {
+        dst.put_slice(&version());
+        Some(Ok(()))
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -851,6 +857,22 @@ impl Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_heartbeat_is_version_and_its_answer_one_line() {
+        let codec = Memcached::new();
+        let mut wire = BytesMut::new();
+        assert_eq!(codec.heartbeat(None, &mut wire), Some(Ok(())));
+        assert_eq!(&wire[..], b"version\r\n");
+        let mut decoder = codec.decoder();
+        let mut answer = BytesMut::from(&b"VERSION 1.6.18\r\nSTORED\r\n"[..]);
+        let pong = decode_all(&mut *decoder, &mut answer).unwrap();
+        assert_eq!(pong.len(), 2, "the ping's answer, then the next request's");
+        assert_eq!(
+            Reply::parse(&pong[0]).unwrap(),
+            Reply::Version(Bytes::from_static(b"1.6.18"))
+        );
+    }
 
     fn decode_all(decoder: &mut dyn Decoder, buf: &mut BytesMut) -> Result<Vec<Bytes>, Violation> {
         let mut out = Vec::new();

@@ -121,6 +121,12 @@ impl Codec for Postgres {
     fn decoder(&self) -> Box<dyn Decoder> {
         Box::new(PostgresDecoder::new(*self))
     }
+
+    /// An empty simple query: the server answers EmptyQueryResponse and ReadyForQuery, runs
+    /// nothing, and leaves a transaction in progress as it was.
+    fn heartbeat(&self, _id: Option<u64>, dst: &mut BytesMut) -> Option<Result<(), EncodeError>> {
+        Some(self.encode(b"", None, dst))
+    }
 }
 
 /// Why bytes from the server are not what this client expects. Each closes the connection
@@ -805,6 +811,23 @@ mod tests {
 
     fn ready(status: u8) -> Vec<u8> {
         msg(b'Z', &[status])
+    }
+
+    #[test]
+    fn the_heartbeat_is_an_empty_query_answered_by_one_response() {
+        let codec = Postgres::new();
+        let mut wire = BytesMut::new();
+        assert_eq!(codec.heartbeat(None, &mut wire), Some(Ok(())));
+        assert_eq!(&wire[..], b"Q\0\0\0\x05\0");
+        // EmptyQueryResponse, ReadyForQuery (still in the transaction the ping found).
+        let mut answer = BytesMut::from(&[msg(b'I', b""), ready(b'T')].concat()[..]);
+        let Some(Decoded::Next(pong)) = codec.decoder().decode(&mut answer).unwrap() else {
+            panic!("one response");
+        };
+        assert!(answer.is_empty());
+        let response = Response::parse(&pong).unwrap();
+        assert!(response.results.is_empty(), "{response:?}");
+        assert_eq!(response.status, TransactionStatus::InTransaction);
     }
 
     /// Three responses: two statements in one query, an error, a notice and a NULL.
