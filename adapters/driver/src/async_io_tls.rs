@@ -34,8 +34,7 @@ pub fn handshake(config: TlsConfig) -> impl HandshakeHook {
 /// as its stream. A certificate that does not verify, or a server that rejects ours, is a
 /// [`HandshakeError::certificate`]; any other failure [`HandshakeError::failed`].
 pub async fn connect(config: &TlsConfig, io: HandshakeIo) -> Result<HandshakeIo, HandshakeError> {
-    let peer = io.socket().peer_addr().ok();
-    let name = config.server_name_for(peer)?;
+    let name = config.server_name_of(&io)?;
     let connector = TlsConnector::from(Arc::clone(config.rustls()));
     io.upgrade(|stream| async move {
         let mut tls = connector

@@ -8,13 +8,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use keepwire_proto::{Config, ConnId, Counters, Event, HandleError, NodeId, NodeState, Target};
+use keepwire_proto::{
+    Config, ConnId, Counters, Endpoint, Event, HandleError, Heartbeat, NodeId, NodeState, Target,
+};
 
 use crate::codec::{Codec, LengthPrefixed};
 use crate::driver::{Command, Driver, DriverChannels, NodeOp};
 use crate::error::{BuildError, CommandError, SendError};
 use crate::handshake::{HandshakeError, HandshakeHook};
 use crate::ready::Readiness;
+use crate::resolve::{Resolver, RuntimeResolver};
 use crate::runtime::Runtime;
 use crate::service::ClientService;
 use crate::socket::{OptionReport, SocketReadback};
@@ -26,9 +29,10 @@ use crate::sync::{
 /// Builds a [`Client`]: a keepwire [`Config`], driver options and the initial nodes.
 pub struct ClientBuilder {
     config: Config,
-    nodes: Vec<SocketAddr>,
+    nodes: Vec<Endpoint>,
     codec: Arc<dyn Codec>,
     hook: Option<Arc<dyn HandshakeHook>>,
+    resolver: Option<Arc<dyn Resolver>>,
     event_capacity: usize,
 }
 
@@ -40,19 +44,42 @@ impl ClientBuilder {
             nodes: Vec::new(),
             codec: Arc::new(LengthPrefixed::default()),
             hook: None,
+            resolver: None,
             event_capacity: 1024,
         }
     }
 
-    /// Adds a node (a server address) to connect to.
-    pub fn node(mut self, addr: SocketAddr) -> Self {
-        self.nodes.push(addr);
+    /// Adds a node to connect to: an address (`SocketAddr`), or a name
+    /// ([`Endpoint::name`], or `"db.example:5432".parse::<Endpoint>()`) that is resolved again
+    /// on every connect attempt, with every address it has tried in turn (see
+    /// [`resolver`](Self::resolver)).
+    pub fn node(mut self, endpoint: impl Into<Endpoint>) -> Self {
+        self.nodes.push(endpoint.into());
         self
     }
 
-    /// Adds several nodes.
-    pub fn nodes(mut self, addrs: impl IntoIterator<Item = SocketAddr>) -> Self {
-        self.nodes.extend(addrs);
+    /// Adds several nodes (addresses or names).
+    pub fn nodes<E: Into<Endpoint>>(mut self, endpoints: impl IntoIterator<Item = E>) -> Self {
+        self.nodes.extend(endpoints.into_iter().map(Into::into));
+        self
+    }
+
+    /// Resolves the names of nodes added by name with `resolver` instead of the runtime's
+    /// own ([`Runtime::resolve`]: std's resolver on the runtime's blocking pool). Tests use it
+    /// to answer what they need without touching the system's hosts file.
+    pub fn resolver(mut self, resolver: Arc<dyn Resolver>) -> Self {
+        self.resolver = Some(resolver);
+        self
+    }
+
+    /// Turns heartbeats on: a connection idle (no request on it) for longer than `interval`
+    /// gets the codec's ping ([`Codec::heartbeat`]), which must be answered within `timeout`,
+    /// or the connection closes as a failure
+    /// ([`CloseReason::HeartbeatTimeout`](keepwire_proto::CloseReason::HeartbeatTimeout)),
+    /// before any request pays for it. Sets [`Config::heartbeat`]; off by default. Building
+    /// fails with [`BuildError::NoHeartbeatPing`] if the codec has no ping.
+    pub fn heartbeat(mut self, interval: Duration, timeout: Duration) -> Self {
+        self.config.heartbeat = Some(Heartbeat { interval, timeout });
         self
     }
 
@@ -106,6 +133,12 @@ impl ClientBuilder {
         if self.config.handshake && self.hook.is_none() {
             return Err(BuildError::MissingHandshakeHook);
         }
+        if self.config.heartbeat.is_some() && !has_ping(&*self.codec) {
+            return Err(BuildError::NoHeartbeatPing);
+        }
+        let resolver = self
+            .resolver
+            .unwrap_or_else(|| Arc::new(RuntimeResolver(Arc::clone(&runtime))));
         let (outbox, inbox) = command_queue();
         let (hub, events) = Hub::new(self.event_capacity);
         let readiness = Arc::new(Readiness::default());
@@ -123,6 +156,7 @@ impl ClientBuilder {
             channels,
             self.codec,
             self.hook,
+            resolver,
         )?;
         let runtime = driver.runtime();
         let seed = driver.seed();
@@ -158,15 +192,29 @@ impl<R: Runtime> BoundClientBuilder<R> {
         }
     }
 
-    /// Adds a node (a server address) to connect to.
-    pub fn node(mut self, addr: SocketAddr) -> Self {
-        self.builder = self.builder.node(addr);
+    /// Adds a node to connect to: an address, or a name resolved again on every connect
+    /// attempt ([`ClientBuilder::node`]).
+    pub fn node(mut self, endpoint: impl Into<Endpoint>) -> Self {
+        self.builder = self.builder.node(endpoint);
         self
     }
 
-    /// Adds several nodes.
-    pub fn nodes(mut self, addrs: impl IntoIterator<Item = SocketAddr>) -> Self {
-        self.builder = self.builder.nodes(addrs);
+    /// Adds several nodes (addresses or names).
+    pub fn nodes<E: Into<Endpoint>>(mut self, endpoints: impl IntoIterator<Item = E>) -> Self {
+        self.builder = self.builder.nodes(endpoints);
+        self
+    }
+
+    /// Resolves node names with `resolver` instead of the runtime's own
+    /// ([`ClientBuilder::resolver`]).
+    pub fn resolver(mut self, resolver: Arc<dyn Resolver>) -> Self {
+        self.builder = self.builder.resolver(resolver);
+        self
+    }
+
+    /// Turns heartbeats on ([`ClientBuilder::heartbeat`]).
+    pub fn heartbeat(mut self, interval: Duration, timeout: Duration) -> Self {
+        self.builder = self.builder.heartbeat(interval, timeout);
         self
     }
 
@@ -235,6 +283,7 @@ impl fmt::Debug for ClientBuilder {
             .field("nodes", &self.nodes)
             .field("codec", &self.codec)
             .field("handshake_hook", &self.hook.is_some())
+            .field("resolver", &self.resolver.is_some())
             .finish()
     }
 }
@@ -342,9 +391,10 @@ impl Client {
         self.handle.seed
     }
 
-    /// Adds a node.
-    pub async fn add_node(&self, addr: SocketAddr) -> Result<NodeId, CommandError> {
-        self.call(|reply| Command::AddNode(addr, reply)).await
+    /// Adds a node: an address, or a name resolved again on every connect attempt.
+    pub async fn add_node(&self, endpoint: impl Into<Endpoint>) -> Result<NodeId, CommandError> {
+        let endpoint = endpoint.into();
+        self.call(|reply| Command::AddNode(endpoint, reply)).await
     }
 
     /// Removes a node: its connection closes and its requests end.
@@ -444,6 +494,11 @@ impl Client {
     }
 }
 
+/// Whether `codec` has a heartbeat ping: it frames one for a trial id.
+fn has_ping(codec: &dyn Codec) -> bool {
+    codec.heartbeat(Some(0), &mut bytes::BytesMut::new()).is_some()
+}
+
 /// A seed from OS entropy, without a dependency: std seeds every [`RandomState`] from the OS
 /// (once per thread, then varied per instance), and hashing a process-wide counter keeps two
 /// draws on one thread distinct even if the keys ever repeated.
@@ -478,6 +533,11 @@ impl Drop for CancelOnDrop<'_> {
 pub struct NodeInfo {
     /// The node's connection state.
     pub state: NodeState,
+    /// Where the node is: the address or the name it was added with.
+    pub endpoint: Endpoint,
+    /// The node's address: for a node added by address, that address; for one added by
+    /// name, the address its last connection reached (`None` before the first).
+    pub addr: Option<SocketAddr>,
     /// Its current connection, if any.
     pub conn: Option<ConnId>,
     /// Bytes queued or being written on it (frames plus per-frame overhead).

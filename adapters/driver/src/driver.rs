@@ -43,8 +43,10 @@ use crate::telemetry::Telemetry;
 // Child modules (not siblings) so that the driver's fields stay private to the driver.
 mod conn_io;
 mod ready;
+mod setup;
 
 use conn_io::{OpenConn, WriteBufs};
+use setup::Connecting;
 
 /// A request from a client handle to the driver.
 #[derive(Debug)]
@@ -59,7 +61,7 @@ pub(crate) enum Command {
     },
     /// The caller of the send `key` stopped waiting: cancel its request, if it still runs.
     Abandon(SendKey),
-    AddNode(SocketAddr, ReplySender<NodeId>),
+    AddNode(Endpoint, ReplySender<NodeId>),
     Node {
         node: NodeId,
         op: NodeOp,
@@ -112,6 +114,8 @@ pub(crate) struct Driver {
     /// when a chunk fills up and a frame shared with the pool is never copied.
     encoded: BytesMut,
     hook: Option<Arc<dyn HandshakeHook>>,
+    /// Resolves the names of nodes added by name, on every connect attempt.
+    resolver: Arc<dyn Resolver>,
     conns: BTreeMap<ConnId, Conn>,
     waiting: IdMap<RequestId, Waiting>,
     /// The running request of each send whose caller may still stop waiting.
@@ -149,10 +153,7 @@ const ENCODE_CHUNK: usize = 64 * 1024;
 
 /// One connection's socket, through its lifecycle.
 enum Conn {
-    Connecting {
-        connect: BoxFuture<'static, io::Result<Box<dyn IoStream>>>,
-        report: OptionReport,
-    },
+    Connecting(Connecting),
     Handshaking {
         handshake: BoxFuture<'static, Result<HandshakeIo, HandshakeError>>,
         report: OptionReport,
@@ -164,18 +165,19 @@ impl Driver {
     pub(crate) fn new(
         runtime: Arc<dyn Runtime>,
         config: Config,
-        nodes: &[SocketAddr],
+        nodes: &[Endpoint],
         channels: DriverChannels,
         codec: Arc<dyn Codec>,
         hook: Option<Arc<dyn HandshakeHook>>,
+        resolver: Arc<dyn Resolver>,
     ) -> Result<(Self, Vec<NodeId>), BuildError> {
         let origin = runtime.now();
         let mut pool = Pool::new(config, Instant::ZERO)?;
         let mut telemetry = Telemetry::new(&pool);
         let ids = nodes
             .iter()
-            .map(|addr| {
-                let node = pool.add_node(Instant::ZERO, *addr);
+            .map(|endpoint| {
+                let node = pool.add_node(Instant::ZERO, endpoint.clone());
                 telemetry.node_added(&pool, node);
                 node
             })
@@ -200,6 +202,7 @@ impl Driver {
             ids: Ids::default(),
             encoded: BytesMut::new(),
             hook,
+            resolver,
             conns: BTreeMap::new(),
             waiting: IdMap::default(),
             sends: IdMap::default(),
@@ -308,8 +311,8 @@ impl Driver {
                     let _ = self.pool.cancel(now, id);
                 }
             }
-            Command::AddNode(addr, reply) => {
-                let node = self.pool.add_node(now, addr);
+            Command::AddNode(endpoint, reply) => {
+                let node = self.pool.add_node(now, endpoint);
                 self.telemetry.node_added(&self.pool, node);
                 answer(reply, node);
             }
@@ -425,6 +428,44 @@ impl Driver {
         }
     }
 
+    /// Sends the codec's ping on `conn` for the heartbeat `id` the pool reserved. A ping the
+    /// codec cannot frame (or no protocol id free) is not sent: its deadline then closes the
+    /// connection as a heartbeat timeout, as for a ping that gets no answer.
+    fn heartbeat(&mut self, now: Instant, conn: ConnId, id: RequestId) {
+        let protocol_id = match self.correlation {
+            Correlation::ById { bits } => {
+                self.sweep_ids();
+                match self.ids.next_free(bits) {
+                    Some(protocol_id) => Some(protocol_id),
+                    None => return,
+                }
+            }
+            _ => None,
+        };
+        if self.encoded.capacity() < ENCODE_CHUNK / 4 {
+            self.encoded.reserve(ENCODE_CHUNK);
+        }
+        let (codec, encoded) = (&self.codec, &mut self.encoded);
+        if !matches!(
+            contain(|| codec.heartbeat(protocol_id, encoded)),
+            Ok(Some(Ok(())))
+        ) {
+            self.encoded.clear();
+            return;
+        }
+        let frame = self.encoded.split().freeze();
+        if let Some(protocol_id) = protocol_id {
+            self.ids.insert(protocol_id, id);
+        }
+        if self.pool.submit_heartbeat(now, id, frame).is_err() {
+            // The connection closed meanwhile: nothing was queued.
+            if let Some(protocol_id) = protocol_id {
+                self.ids.remove(protocol_id);
+            }
+        }
+        self.telemetry.touched(conn.node());
+    }
+
     /// A fresh decoder for `conn`; `None` if the codec panicked making one, which closes the
     /// connection (nothing it receives could be trusted).
     fn decoder_for(&mut self, now: Instant, conn: ConnId) -> Option<Box<dyn Decoder>> {
@@ -449,6 +490,12 @@ impl Driver {
         if !self.pool.holds(request) {
             self.ids.remove(protocol_id);
         }
+        self.sweep_ids();
+    }
+
+    /// Frees the protocol ids of requests and heartbeats that can no longer be answered, once
+    /// they pile up (a heartbeat ends without an event when its connection closes).
+    fn sweep_ids(&mut self) {
         if self.ids.len() > 2 * self.waiting.len() + 64 {
             let pool = &self.pool;
             self.ids.retain(|request| pool.holds(*request));
@@ -476,6 +523,8 @@ impl Driver {
         });
         Some(NodeInfo {
             state: self.pool.node_state(node)?,
+            endpoint: self.pool.node_endpoint(node)?.clone(),
+            addr: self.pool.node_addr(node),
             conn,
             pending_bytes: self.pool.pending_bytes(node).unwrap_or(0),
             writable: self.pool.is_writable(node).unwrap_or(false),
@@ -486,57 +535,18 @@ impl Driver {
     }
 
     fn perform(&mut self, now: Instant, action: &Action) {
-        match *action {
+        match action {
             Action::Open {
                 conn,
-                addr,
+                endpoint,
                 options,
-                ..
-            } => match PreparedSocket::new(addr, &options) {
-                Ok((socket, report)) => {
-                    if !report.is_empty() {
-                        self.publish(ClientEvent::SocketOptions {
-                            conn,
-                            report: report.clone(),
-                        });
-                    }
-                    let connect = self.runtime.connect(socket, addr);
-                    self.conns
-                        .insert(conn, Conn::Connecting { connect, report });
-                }
-                Err(e) => {
-                    let _ = self.pool.handle_connect_failed(now, conn, failure_of(&e));
-                }
-            },
-            Action::Handshake { conn } => match (self.conns.remove(&conn), &self.hook) {
-                (Some(Conn::Open(open)), Some(hook)) => {
-                    match contain(|| hook.handshake(HandshakeIo::new(conn, open.stream))) {
-                        Ok(handshake) => {
-                            self.conns.insert(
-                                conn,
-                                Conn::Handshaking {
-                                    handshake,
-                                    report: open.report,
-                                },
-                            );
-                        }
-                        Err(message) => self.handshake_failed(now, conn, hook_panicked(&message)),
-                    }
-                }
-                (Some(other), None) => {
-                    // Config::handshake without a hook is refused at build time; should the
-                    // pool ask anyway, there is nothing to run.
-                    self.conns.insert(conn, other);
-                    let _ = self.pool.handle_handshake_done(now, conn);
-                }
-                (Some(other), Some(_)) => {
-                    self.conns.insert(conn, other);
-                }
-                (None, _) => {}
-            },
+                deadline,
+            } => self.open(now, *conn, endpoint, options, *deadline),
+            Action::Handshake { conn } => self.handshake(now, *conn),
+            Action::Heartbeat { conn, id } => self.heartbeat(now, *conn, *id),
             Action::Close { conn, .. } => {
                 // Dropping the socket closes it; a pending connect or handshake is abandoned.
-                self.conns.remove(&conn);
+                self.conns.remove(conn);
             }
             _ => {}
         }
@@ -550,85 +560,6 @@ impl Driver {
             .filter(|(_, c)| matches!(c, Conn::Open(_)) == open)
             .map(|(id, _)| *id);
         self.conn_ids.extend(ids);
-    }
-
-    /// Polls connects and handshakes; reports each that finished.
-    fn poll_setups(&mut self, cx: &mut Context<'_>) -> bool {
-        self.snapshot_conn_ids(false);
-        let mut moved = false;
-        for i in 0..self.conn_ids.len() {
-            let conn = self.conn_ids[i];
-            let Some(Conn::Connecting { .. } | Conn::Handshaking { .. }) = self.conns.get(&conn)
-            else {
-                continue;
-            };
-            let Some(entry) = self.conns.remove(&conn) else {
-                continue;
-            };
-            let now = self.now();
-            match entry {
-                Conn::Connecting {
-                    mut connect,
-                    report,
-                } => match connect.as_mut().poll(cx) {
-                    Poll::Pending => {
-                        self.conns
-                            .insert(conn, Conn::Connecting { connect, report });
-                        continue;
-                    }
-                    Poll::Ready(Ok(stream)) => {
-                        let Some(decoder) = self.decoder_for(now, conn) else {
-                            continue;
-                        };
-                        let open = OpenConn::new(stream, report, decoder);
-                        self.conns.insert(conn, Conn::Open(open));
-                        if self.pool.handle_connected(now, conn).is_err() {
-                            self.conns.remove(&conn);
-                        }
-                    }
-                    Poll::Ready(Err(e)) => {
-                        let _ = self.pool.handle_connect_failed(now, conn, failure_of(&e));
-                    }
-                },
-                Conn::Handshaking {
-                    mut handshake,
-                    report,
-                } => match contain(|| handshake.as_mut().poll(cx))
-                    .unwrap_or_else(|message| Poll::Ready(Err(hook_panicked(&message))))
-                {
-                    Poll::Pending => {
-                        self.conns
-                            .insert(conn, Conn::Handshaking { handshake, report });
-                        continue;
-                    }
-                    Poll::Ready(Ok(io)) => {
-                        let Some(decoder) = self.decoder_for(now, conn) else {
-                            continue;
-                        };
-                        let open = OpenConn::new(io.into_stream(), report, decoder);
-                        self.conns.insert(conn, Conn::Open(open));
-                        if self.pool.handle_handshake_done(now, conn).is_err() {
-                            self.conns.remove(&conn);
-                        }
-                    }
-                    Poll::Ready(Err(error)) => self.handshake_failed(now, conn, error),
-                },
-                Conn::Open(open) => {
-                    self.conns.insert(conn, Conn::Open(open));
-                    continue;
-                }
-            }
-            moved = true;
-            self.settle();
-        }
-        moved
-    }
-
-    fn handshake_failed(&mut self, now: Instant, conn: ConnId, error: HandshakeError) {
-        let _ = self
-            .pool
-            .handle_handshake_failed(now, conn, error.is_final());
-        self.publish(ClientEvent::HandshakeFailed { conn, error });
     }
 
     /// Arms the timer at the next deadline (the pool's, or a readiness recheck) and fires what
@@ -783,10 +714,6 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
         .map(|s| (*s).to_owned())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a panic without a message".to_owned())
-}
-
-fn hook_panicked(message: &str) -> HandshakeError {
-    HandshakeError::failed(format!("the handshake hook panicked: {message}"))
 }
 
 /// The caller's result for a request that ended: the response, or the error that says how it

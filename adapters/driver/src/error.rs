@@ -26,6 +26,13 @@ use crate::codec::EncodeError;
 ///
 /// [`is_retryable`](Self::is_retryable) puts the two together: it is true only where nothing
 /// of the request can have reached the server.
+///
+/// A **final** error ([`is_final`](Self::is_final), with its reason in
+/// [`final_reason`](Self::final_reason)) says that trying again cannot help until something
+/// changes outside the client: the server refused the credentials, a certificate was
+/// rejected, or the node's name does not exist. It reaches the requests waiting on the node at
+/// once (not at their deadlines), and, while the node waits out its final-failure backoff, a
+/// send to it is refused at once with the same reason.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SendError {
@@ -156,12 +163,35 @@ impl SendError {
     ///
     /// False as well where a resend to this client fails the same way for certain: a payload
     /// the codec cannot frame ([`Encode`](Self::Encode)), a client that is shut down, a
-    /// cancelled request.
+    /// cancelled request, a [final](Self::is_final) error.
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Encode(_) | Self::Shutdown | Self::Cancelled => false,
-            _ => !self.was_sent(),
+            _ => !self.was_sent() && !self.is_final(),
         }
+    }
+
+    /// Why no retry can help, for a final error: the connection the request waited for was
+    /// refused for a reason that does not go away by itself
+    /// ([`CloseReason::is_final`]: [`AuthFailed`](CloseReason::AuthFailed),
+    /// [`CertificateRejected`](CloseReason::CertificateRejected),
+    /// `ConnectFailed(`[`Failure::NameNotFound`]`)`), or the node is waiting out its
+    /// final-failure backoff after one (`NodeUnavailable(Unavailable::Failed(reason))`).
+    /// `None` for every other error.
+    pub fn final_reason(&self) -> Option<CloseReason> {
+        let reason = match self {
+            Self::ConnectionLost { cause, .. } => *cause,
+            Self::NodeUnavailable(Unavailable::Failed(reason)) => *reason,
+            _ => return None,
+        };
+        reason.is_final().then_some(reason)
+    }
+
+    /// Whether trying again cannot help until something changes outside the client (new
+    /// credentials, a certificate, a name that exists): see
+    /// [`final_reason`](Self::final_reason).
+    pub fn is_final(&self) -> bool {
+        self.final_reason().is_some()
     }
 
     /// Whether keepwire had already retried the request once, transparently, on a fresh
@@ -192,6 +222,7 @@ impl SendError {
                 cause,
                 CloseReason::SetupTimeout
                     | CloseReason::WriteTimeout
+                    | CloseReason::HeartbeatTimeout
                     | CloseReason::Io(Failure::TimedOut)
                     | CloseReason::ConnectFailed(Failure::TimedOut)
             ),
@@ -204,11 +235,18 @@ impl SendError {
     /// or `ConnectionAborted` for a lost connection by its cause, `WouldBlock` for the
     /// fail-fast refusals (not writable, memory budget, in-flight limit), `NotConnected` when no
     /// node can take it, `InvalidData` for a protocol violation, `InvalidInput` for a request
-    /// the codec refused, `Interrupted` for a cancel, and `Other` for the rest.
+    /// the codec refused, `Interrupted` for a cancel, `PermissionDenied` for refused
+    /// credentials or a rejected certificate, `NotFound` for a name that does not exist, and
+    /// `Other` for the rest.
     pub fn io_kind(&self) -> io::ErrorKind {
         use std::io::ErrorKind as K;
         if self.is_timeout() {
             return K::TimedOut;
+        }
+        match self.final_reason() {
+            Some(CloseReason::ConnectFailed(Failure::NameNotFound)) => return K::NotFound,
+            Some(_) => return K::PermissionDenied,
+            None => {}
         }
         match self {
             Self::NotWritable | Self::MemoryBudget | Self::InFlightLimit => K::WouldBlock,
@@ -306,6 +344,10 @@ pub enum BuildError {
     /// `Config::handshake` is set but no handshake hook was given.
     #[error("Config::handshake is set but no handshake hook was given")]
     MissingHandshakeHook,
+    /// Heartbeats are on (`Config::heartbeat`) but the codec has no ping
+    /// ([`Codec::heartbeat`](crate::Codec::heartbeat) returns `None`).
+    #[error("heartbeats are on but the codec has no ping to send (Codec::heartbeat)")]
+    NoHeartbeatPing,
 }
 
 /// A client command (other than a send) failed.
@@ -357,6 +399,54 @@ pub fn failure_of(error: &io::Error) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn final_errors_say_so_with_their_reason() {
+        let lost = |cause| SendError::ConnectionLost {
+            cause,
+            sent: Sent::Nothing,
+            retried: false,
+        };
+        let finals = [
+            (lost(CloseReason::AuthFailed), io::ErrorKind::PermissionDenied),
+            (
+                lost(CloseReason::CertificateRejected),
+                io::ErrorKind::PermissionDenied,
+            ),
+            (
+                lost(CloseReason::ConnectFailed(Failure::NameNotFound)),
+                io::ErrorKind::NotFound,
+            ),
+            (
+                SendError::NodeUnavailable(Unavailable::Failed(CloseReason::AuthFailed)),
+                io::ErrorKind::PermissionDenied,
+            ),
+            (
+                SendError::NodeUnavailable(Unavailable::Failed(CloseReason::ConnectFailed(
+                    Failure::NameNotFound,
+                ))),
+                io::ErrorKind::NotFound,
+            ),
+        ];
+        for (error, kind) in finals {
+            assert!(error.is_final(), "{error}");
+            assert!(error.final_reason().is_some_and(CloseReason::is_final));
+            assert!(!error.is_retryable(), "{error}: a resend meets the same refusal");
+            assert!(!error.is_timeout(), "{error}");
+            assert_eq!(error.io_kind(), kind, "{error}");
+        }
+        for retryable in [
+            lost(CloseReason::ConnectFailed(Failure::ResolveFailed)),
+            lost(CloseReason::ConnectFailed(Failure::Refused)),
+            lost(CloseReason::HandshakeFailed),
+            lost(CloseReason::HeartbeatTimeout),
+            SendError::NodeUnavailable(Unavailable::Disabled),
+        ] {
+            assert_eq!(retryable.final_reason(), None, "{retryable}");
+            assert!(retryable.is_retryable(), "{retryable}");
+        }
+        assert!(lost(CloseReason::HeartbeatTimeout).is_timeout());
+    }
 
     #[test]
     fn io_errors_map_to_failures() {

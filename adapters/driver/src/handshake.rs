@@ -12,6 +12,7 @@
 use std::fmt;
 use std::future::{Future, poll_fn};
 use std::io;
+use std::sync::Arc;
 
 use keepwire_proto::ConnId;
 
@@ -90,13 +91,30 @@ where
 pub struct HandshakeIo {
     conn: ConnId,
     stream: Box<dyn IoStream>,
+    host: Option<Arc<str>>,
 }
 
 impl HandshakeIo {
     /// The stream `stream` of connection `conn`. A hook builds one to hand back a stream of
     /// its own (the driver goes on with its own connection id, whatever `conn` says).
     pub fn new(conn: ConnId, stream: Box<dyn IoStream>) -> Self {
-        Self { conn, stream }
+        Self {
+            conn,
+            stream,
+            host: None,
+        }
+    }
+
+    /// The same, for a node added by name: `host` is that name.
+    pub(crate) fn with_host(mut self, host: Option<Arc<str>>) -> Self {
+        self.host = host;
+        self
+    }
+
+    /// The node's host name, if it was added by name (`db.example` for `db.example:5432`):
+    /// the name to check in a server certificate. `None` for a node added by address.
+    pub fn host(&self) -> Option<&str> {
+        self.host.as_deref()
     }
 
     /// Takes the stream out, to wrap it; hand the wrapper back with [`HandshakeIo::new`], or
@@ -127,9 +145,9 @@ impl HandshakeIo {
         F: FnOnce(Box<dyn IoStream>) -> Fut,
         Fut: Future<Output = Result<S, HandshakeError>>,
     {
-        let conn = self.conn;
+        let (conn, host) = (self.conn, self.host);
         let stream = wrap(self.stream).await?;
-        Ok(Self::new(conn, into_boxed(stream)))
+        Ok(Self::new(conn, into_boxed(stream)).with_host(host))
     }
 
     /// The connection being set up.
@@ -183,20 +201,25 @@ fn into_boxed<S: IoStream>(stream: S) -> Box<dyn IoStream> {
     }
 }
 
-/// What kind of handshake failure it was: it decides what becomes of the node.
+/// What kind of handshake failure it was: it decides what becomes of the node (the driver
+/// reports it to the pool as keepwire-proto's
+/// [`HandshakeFailure`](keepwire_proto::HandshakeFailure)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum HandshakeErrorKind {
-    /// Any other failure (a timeout inside the hook, a malformed answer, a reset): the node
-    /// reconnects on its backoff.
+    /// Any other failure (a timeout inside the hook, a malformed answer, a reset): retryable,
+    /// the node reconnects on its backoff (`HandshakeFailure::Failed`).
     Failed,
-    /// The peer refused our credentials: the node enters `AuthFailed`.
+    /// The peer refused our credentials (`HandshakeFailure::AuthRefused`). Final: the node
+    /// enters `AuthFailed`, every request waiting on it ends at once with
+    /// [`CloseReason::AuthFailed`](keepwire_proto::CloseReason::AuthFailed), and the node is
+    /// not tried again before
+    /// [`Config::final_failure_backoff`](keepwire_proto::Config::final_failure_backoff).
     Auth,
     /// A certificate was rejected: the server's did not verify (unknown issuer, wrong name,
-    /// expired, ...) or the server refused ours. Final like `Auth`: the node enters
-    /// `AuthFailed`, every request waiting on it ends at once with
-    /// [`CloseReason::AuthFailed`](keepwire_proto::CloseReason::AuthFailed), and the handshake
-    /// is not tried again before the node's reconnect backoff.
+    /// expired, ...) or the server refused ours (`HandshakeFailure::CertificateRejected`).
+    /// Final like `Auth`, with
+    /// [`CloseReason::CertificateRejected`](keepwire_proto::CloseReason::CertificateRejected).
     Certificate,
 }
 
@@ -208,13 +231,14 @@ pub struct HandshakeError {
 }
 
 impl HandshakeError {
-    /// The peer refused our credentials: the node enters `AuthFailed`.
+    /// The peer refused our credentials: final, the node enters `AuthFailed`
+    /// ([`HandshakeErrorKind::Auth`]).
     pub fn auth(message: impl Into<String>) -> Self {
         Self::new(HandshakeErrorKind::Auth, message)
     }
 
-    /// A certificate was rejected (ours by the server, or the server's by us): the node
-    /// enters `AuthFailed`.
+    /// A certificate was rejected (ours by the server, or the server's by us): final, the
+    /// node enters `AuthFailed` ([`HandshakeErrorKind::Certificate`]).
     pub fn certificate(message: impl Into<String>) -> Self {
         Self::new(HandshakeErrorKind::Certificate, message)
     }
@@ -247,7 +271,8 @@ impl HandshakeError {
     }
 
     /// Whether trying again cannot help until something changes (credentials, certificates):
-    /// an authentication or certificate failure. The node enters `AuthFailed`.
+    /// an authentication or certificate failure. The node enters `AuthFailed` and waits its
+    /// final-failure backoff.
     pub fn is_final(&self) -> bool {
         matches!(
             self.kind,

@@ -48,7 +48,7 @@
 //! # Tracing
 //!
 //! Every event has the target `keepwire` (`RUST_LOG=keepwire=debug`). Three spans, nested:
-//! `keepwire_client` (`seed`), `keepwire_node` (`node`: the node's index, `addr`) and
+//! `keepwire_client` (`seed`), `keepwire_node` (`node`: the node's index, `addr`: its address or name) and
 //! `keepwire_conn` (`conn`). The spans are at the ERROR level, so that whatever level you
 //! filter at, an event still says which node and connection it is about. Nothing is formatted
 //! when no subscriber records an event: fields are handed over by reference.
@@ -56,7 +56,7 @@
 //! | level | event |
 //! |---|---|
 //! | ERROR | the codec panicked |
-//! | WARN | write timeout; the peer broke the protocol; authentication failed; not writable (above the high watermark); node quarantined; panic mode entered; socket options not applied; handshake failed |
+//! | WARN | write timeout; heartbeat timeout; the peer broke the protocol; authentication failed; certificate rejected; the node's name does not exist; not writable (above the high watermark); node quarantined; panic mode entered; socket options not applied; handshake failed |
 //! | INFO | connection failed (refused, reset, setup timeout, ...); probe of a quarantined node; node readmitted; writable again; connection evicted; panic mode over |
 //! | DEBUG | connecting (a reconnect too), handshaking, ready, connection closed for a reason that is no failure (idle, evicted, removed, shutdown); node added or removed |
 //! | TRACE | a connection opened with its setup deadline; each request's end |
@@ -71,7 +71,8 @@
 //!
 //! Through the `metrics` facade (install a recorder, e.g. `metrics-exporter-prometheus`,
 //! *before* building the client: handles are registered when the client and its nodes are
-//! made). The label `node` is the node's address (`"10.0.0.7:5432"`). Gauges move by
+//! made). The label `node` is the node's address or name (`"10.0.0.7:5432"`,
+//! `"db.example:5432"`). Gauges move by
 //! increments and decrements, so several clients in one process add up, and a client that
 //! stops takes its share back out.
 //!
@@ -85,14 +86,15 @@
 //! `keepwire_readmissions_total`, `keepwire_probes_total`, `keepwire_idle_closes_total`,
 //! `keepwire_protocol_violations_total`, `keepwire_submitted_total`,
 //! `keepwire_responses_total`, `keepwire_late_responses_total`,
-//! `keepwire_transparent_retries_total`, `keepwire_panics_total`.
+//! `keepwire_transparent_retries_total`, `keepwire_panics_total`,
+//! `keepwire_heartbeats_sent_total`, `keepwire_heartbeat_timeouts_total`.
 //!
 //! Counters per node:
 //!
 //! | name | labels |
 //! |---|---|
 //! | `keepwire_node_connects_total` | `node` |
-//! | `keepwire_node_closes_total` | `node`, `reason` (`write_timeout`, `setup_timeout`, `connect_failed`, `io`, `protocol`, `handshake_failed`, `auth_failed`, `evicted`, `quarantined`, `idle`, `node_removed`, `shutdown`) |
+//! | `keepwire_node_closes_total` | `node`, `reason` (`write_timeout`, `setup_timeout`, `connect_failed`, `io`, `protocol`, `handshake_failed`, `auth_failed`, `certificate_rejected`, `heartbeat_timeout`, `evicted`, `quarantined`, `idle`, `node_removed`, `shutdown`) |
 //! | `keepwire_node_write_timeouts_total` | `node` |
 //! | `keepwire_node_evictions_total` | `node`, `reason` (`readmitted`, `epoch_changed`, `requested`) |
 //! | `keepwire_node_quarantines_total` | `node`, `cause` (`connection_failures`, `request_timeouts`) |
@@ -186,9 +188,10 @@ pub use handshake::{HandshakeError, HandshakeErrorKind, HandshakeHook, Handshake
 /// dependency an application needs.
 pub use keepwire_proto as proto;
 pub use keepwire_proto::{
-    CloseReason, Config, ConfigError, ConnId, Counters, Event, EvictReason, Failure, Keepalive,
-    NodeId, NodeState, Outcome, Phase, QuarantineCause, Readmission, Reason, RequestId,
-    SelectionRule, Sent, SocketOptions, SubmitError, Target, Unavailable, Violation,
+    CloseReason, Config, ConfigError, ConnId, Counters, Endpoint, EndpointError, Event,
+    EvictReason, Failure, HandshakeFailure, Heartbeat, Keepalive, NodeId, NodeState, Outcome,
+    Phase, QuarantineCause, Readmission, Reason, RequestId, SelectionRule, Sent, SocketOptions,
+    SubmitError, Target, Unavailable, Violation,
 };
 pub use layer::{BufferedLayer, KernelAccounted};
 pub use resolve::{ResolveError, Resolver, resolve_blocking};

@@ -141,7 +141,9 @@ mod names {
             CloseReason::ConnectFailed(_) => "connect_failed",
             CloseReason::HandshakeFailed => "handshake_failed",
             CloseReason::AuthFailed => "auth_failed",
+            CloseReason::CertificateRejected => "certificate_rejected",
             CloseReason::WriteTimeout => "write_timeout",
+            CloseReason::HeartbeatTimeout => "heartbeat_timeout",
             CloseReason::Io(_) => "io",
             CloseReason::Protocol(_) => "protocol",
             CloseReason::Evicted(_) => "evicted",
@@ -278,13 +280,13 @@ mod trace {
         }
 
         pub(super) fn node_added(&mut self, pool: &Pool, node: NodeId) {
-            let addr = pool.node_addr(node);
+            let endpoint = pool.node_endpoint(node);
             let span = tracing::error_span!(
                 target: "keepwire",
                 parent: &self.client,
                 "keepwire_node",
                 node = node.index(),
-                addr = addr.map(tracing::field::display),
+                addr = endpoint.map(tracing::field::display),
             );
             tracing::debug!(target: "keepwire", parent: &span, "node added");
             self.nodes.insert(
@@ -436,6 +438,16 @@ mod trace {
                 (_, Reason::Closed(CloseReason::AuthFailed)) => {
                     (Level::WARN, "authentication failed")
                 }
+                (_, Reason::Closed(CloseReason::CertificateRejected)) => {
+                    (Level::WARN, "certificate rejected")
+                }
+                (_, Reason::Closed(CloseReason::ConnectFailed(Failure::NameNotFound))) => {
+                    (Level::WARN, "the node's name does not exist")
+                }
+                (_, Reason::Closed(CloseReason::HeartbeatTimeout)) => (
+                    Level::WARN,
+                    "heartbeat timeout: the idle connection's ping got no answer in time, connection closed",
+                ),
                 (
                     _,
                     Reason::Closed(
@@ -599,6 +611,8 @@ mod meter {
         late_responses: "Responses to requests that had already ended (consumed and dropped).",
         transparent_retries: "Requests queued once more, nothing sent, after their connection failed or was evicted.",
         panics: "Times the pool entered panic mode (quarantine ignored).",
+        heartbeats_sent: "Heartbeat pings sent on idle connections.",
+        heartbeat_timeouts: "Connections closed because a heartbeat ping got no answer in time.",
     }
 
     fn describe() {
@@ -813,8 +827,8 @@ mod meter {
 
         pub(super) fn node_added(&mut self, pool: &Pool, node: NodeId) {
             let label: Arc<str> = pool
-                .node_addr(node)
-                .map_or_else(|| "unknown".into(), |addr| addr.to_string().into());
+                .node_endpoint(node)
+                .map_or_else(|| "unknown".into(), |endpoint| endpoint.to_string().into());
             let mut meter = NodeMeter::new(SharedString::from(label));
             let state = names::state(pool.node_state(node).unwrap_or(NodeState::Closed));
             meter.enter(state);

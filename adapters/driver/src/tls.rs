@@ -46,7 +46,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{AlertDescription, ClientConfig, RootCertStore};
 
-use crate::handshake::HandshakeError;
+use crate::handshake::{HandshakeError, HandshakeIo};
 
 /// The most plaintext rustls may hold encrypted and not yet written to the socket, per
 /// connection (the runtime crates set it on every session; it is also rustls's default).
@@ -94,7 +94,8 @@ impl TlsConfig {
     }
 
     /// The name to check in the server's certificate (and send as SNI when it is a DNS
-    /// name); by default the server's IP address is checked.
+    /// name); by default the node's host name (a node added by name) or else the server's IP
+    /// address is checked.
     pub fn with_server_name(mut self, name: ServerName<'static>) -> Self {
         self.server_name = Some(name);
         self
@@ -103,6 +104,20 @@ impl TlsConfig {
     /// The rustls configuration.
     pub fn rustls(&self) -> &Arc<ClientConfig> {
         &self.client
+    }
+
+    /// The name to verify for the server a handshake is connected to: the configured one;
+    /// else the node's host name, for a node added by name ([`HandshakeIo::host`]); else the
+    /// server's IP address.
+    pub fn server_name_of(&self, io: &HandshakeIo) -> Result<ServerName<'static>, HandshakeError> {
+        if let (None, Some(host)) = (&self.server_name, io.host()) {
+            return ServerName::try_from(host.to_owned()).map_err(|_| {
+                HandshakeError::failed(format!(
+                    "TLS: the node's host name {host:?} is not a DNS name to check a certificate against"
+                ))
+            });
+        }
+        self.server_name_for(io.socket().peer_addr().ok())
     }
 
     /// The name to verify for a server at `peer`: the configured one, or `peer`'s IP address.
@@ -191,7 +206,8 @@ impl TlsConfigBuilder {
     }
 
     /// The name to check in the server's certificate (a DNS name or an IP address); by
-    /// default each server's IP address is checked.
+    /// default each node's host name (for a node added by name) or else the server's IP
+    /// address is checked.
     pub fn server_name(mut self, name: impl Into<String>) -> Self {
         self.server_name = Some(name.into());
         self
