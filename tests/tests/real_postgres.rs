@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keepwire_driver::{Client, ClientBuilder, ClientEvent, Runtime, SendError, Sent, Target};
-use keepwire_proto::{CloseReason, Config, Event, Failure, NodeState, Phase, Reason};
+use keepwire_proto::{
+    CloseReason, Config, Event, Failure, NodeState, Phase, Reason, Unavailable,
+};
 use keepwire_tests::pg::{pipelined, query, text, value};
 use keepwire_tests::protocols::postgres::{Postgres, Response, Startup};
 use keepwire_tests::servers::{PostgresServer, Shared, Signal};
@@ -109,8 +111,10 @@ async fn queries_and_logins(runtime: Arc<dyn Runtime>) {
 }
 
 /// A refused password: the handshake hook fails as an authentication failure, the node
-/// enters `AuthFailed`, and the request waiting for the connection ends at once with a typed
-/// error (not at its deadline).
+/// enters `AuthFailed`, and the request waiting for the connection ends at once with a typed,
+/// final error (within the round trip of the server's answer, not at its 5 s deadline; a
+/// login with the right password is timed as the yardstick). During the final-failure
+/// backoff the next send is refused at once with the same reason.
 async fn a_refused_password_ends_in_auth_failed(runtime: Arc<dyn Runtime>) {
     let server = server();
     bounded(
@@ -118,6 +122,16 @@ async fn a_refused_password_ends_in_auth_failed(runtime: Arc<dyn Runtime>) {
         Duration::from_secs(10),
         "refused password",
         async {
+            let good = client(
+                &runtime,
+                config(),
+                server.addr(),
+                Startup::new(APP.0, "postgres").password(APP.1),
+            );
+            let started = Instant::now();
+            assert_eq!(value(&good, "SELECT 1").await, "1");
+            let login = started.elapsed();
+            good.shutdown().await;
             let startup = Startup::new(APP.0, "postgres").password("wrong");
             let client = client(&runtime, config(), server.addr(), startup);
             let mut events = client.subscribe();
@@ -140,8 +154,24 @@ async fn a_refused_password_ends_in_auth_failed(runtime: Arc<dyn Runtime>) {
                 took < Duration::from_secs(1),
                 "ended after {took:?}, not at once"
             );
+            let refusal = refused.unwrap_err();
+            assert!(refusal.is_final() && !refusal.is_retryable(), "{refusal}");
+            assert_eq!(refusal.final_reason(), Some(CloseReason::AuthFailed));
+            assert_eq!(refusal.io_kind(), std::io::ErrorKind::PermissionDenied);
             let state = client.node_info(node).await.unwrap().state;
             assert!(matches!(state, NodeState::AuthFailed { .. }), "{state:?}");
+            let asked = Instant::now();
+            let again = client
+                .send(Target::Node(node), "SELECT 1", Duration::from_secs(5))
+                .await;
+            let again_took = asked.elapsed();
+            assert_eq!(
+                again,
+                Err(SendError::NodeUnavailable(Unavailable::Failed(
+                    CloseReason::AuthFailed
+                )))
+            );
+            assert!(again_took < Duration::from_millis(250), "{again_took:?}");
             let error = bounded(
                 &*runtime,
                 Duration::from_secs(1),
@@ -160,7 +190,8 @@ async fn a_refused_password_ends_in_auth_failed(runtime: Arc<dyn Runtime>) {
             assert!(error.is_auth(), "{error}");
             assert!(error.to_string().contains("28P01"), "{error}");
             println!(
-                "[postgres refused password, {}] AuthFailed after {took:?}: {error}",
+                "[postgres refused password, {}] final AuthFailed after {took:?} (a good login \
+                 and query: {login:?}); the next send refused after {again_took:?}: {error}",
                 runtime_name(&*runtime)
             );
             client.shutdown().await;

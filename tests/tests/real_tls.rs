@@ -3,17 +3,20 @@
 //! servers with certificates made by rcgen: a server that answers, one that completes the
 //! handshake and then stops reading (the write timeout fires as for a plaintext peer, at the
 //! same instant; the watermarks reject as for a plaintext peer, and the memory bound holds),
-//! one that stalls in the middle of the handshake (the setup timeout), and certificates that
-//! do not verify (a typed, final failure).
+//! one that stalls in the middle of the handshake (the setup timeout), certificates that do
+//! not verify (a typed, final failure), and a node added by name, whose name is the one its
+//! certificate must carry.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant as WallClock};
 
 use keepwire_driver::tls::{BUFFER_LIMIT, TlsConfig};
 use keepwire_driver::{
-    Client, ClientBuilder, ClientEvent, Events, HandshakeErrorKind, Runtime, SendError, Target,
+    Client, ClientBuilder, ClientEvent, Endpoint, Events, HandshakeErrorKind, Runtime, SendError,
+    Target,
 };
 use keepwire_proto::{CloseReason, Config, Event, Instant, NodeId, NodeState, Reason, Sent};
+use keepwire_tests::names::Names;
 use keepwire_tests::peers::Peer;
 use keepwire_tests::tls::{Pki, TlsBehaviour, TlsOn, TlsPeer};
 use keepwire_tests::{sleep, spawn, test_config, test_tls_on_every_runtime, wait_for};
@@ -449,9 +452,9 @@ async fn a_tls_handshake_that_stalls_is_cut_by_the_setup_timeout(
 }
 
 /// Certificates that do not verify: one signed by a CA the client does not trust, and one for
-/// another name. Each ends the handshake at once (well before the setup timeout) with a typed
-/// certificate failure: the node enters `AuthFailed`, the request ends with
-/// `CloseReason::AuthFailed` and nothing sent, and it is not retried.
+/// another name. Each ends the handshake at once (well before the setup timeout) with a typed,
+/// final certificate failure: the node enters `AuthFailed`, the request ends with
+/// `CloseReason::CertificateRejected` and nothing sent, and it is not retried.
 async fn a_bad_certificate_is_a_typed_final_failure(runtime: Arc<dyn Runtime>, tls: TlsOn) {
     let trusted = Pki::new();
     let other_ca = Pki::new();
@@ -485,12 +488,13 @@ async fn a_bad_certificate_is_a_typed_final_failure(runtime: Arc<dyn Runtime>, t
         assert_eq!(
             outcome,
             Err(SendError::ConnectionLost {
-                cause: CloseReason::AuthFailed,
+                cause: CloseReason::CertificateRejected,
                 sent: Sent::Nothing,
                 retried: false,
             }),
             "{case}"
         );
+        assert!(outcome.unwrap_err().is_final(), "{case}");
         assert!(took < Duration::from_millis(300), "{case}: {took:?}");
         let error = sleep_until_event(&*runtime, &mut events, |e| match e {
             ClientEvent::HandshakeFailed { error, .. } => Some(error.clone()),
@@ -513,6 +517,50 @@ async fn a_bad_certificate_is_a_typed_final_failure(runtime: Arc<dyn Runtime>, t
         let counters = client.counters().await.unwrap();
         assert_eq!(counters.connects, 1, "{case}: tried once, {counters:?}");
         assert_eq!(peer.handshakes(), 0, "{case}");
+        client.shutdown().await;
+    }
+}
+
+/// A node added by name checks that name in the server's certificate when no server name is
+/// configured: a certificate for the name passes; one for another name is a final
+/// `CertificateRejected`, at once.
+async fn a_named_node_checks_its_name_in_the_certificate(runtime: Arc<dyn Runtime>, tls: TlsOn) {
+    const SERVED: &str = "orders.keepwire.test";
+    const OTHER: &str = "billing.keepwire.test";
+    let pki = Pki::for_names(&[SERVED]);
+    let peer = TlsPeer::start(pki.server_config(), TlsBehaviour::Echo);
+    let names = Names::new();
+    names.set(SERVED, &[peer.addr()]);
+    names.set(OTHER, &[peer.addr()]);
+    let client_tls = TlsConfig::builder()
+        .roots_pem(pki.ca_pem().as_bytes())
+        .build()
+        .unwrap();
+    for (host, expected) in [
+        (SERVED, Ok(&b"by name"[..])),
+        (
+            OTHER,
+            Err(SendError::ConnectionLost {
+                cause: CloseReason::CertificateRejected,
+                sent: Sent::Nothing,
+                retried: false,
+            }),
+        ),
+    ] {
+        let builder = ClientBuilder::new(test_config())
+            .node(Endpoint::name(host, peer.addr().port()).unwrap())
+            .resolver(names.clone());
+        let client = tls
+            .handshake(builder, client_tls.clone())
+            .build(Arc::clone(&runtime))
+            .unwrap();
+        let node = client.initial_nodes()[0];
+        let started = WallClock::now();
+        let outcome = client
+            .send(Target::Node(node), &b"by name"[..], Duration::from_secs(5))
+            .await;
+        assert_eq!(outcome.as_deref().map_err(Clone::clone), expected, "{host}");
+        assert!(started.elapsed() < Duration::from_secs(1), "{host}");
         client.shutdown().await;
     }
 }
@@ -541,4 +589,5 @@ test_tls_on_every_runtime!(
     a_send_above_the_high_watermark_fails_at_once_over_tls,
     a_tls_handshake_that_stalls_is_cut_by_the_setup_timeout,
     a_bad_certificate_is_a_typed_final_failure,
+    a_named_node_checks_its_name_in_the_certificate,
 );

@@ -85,3 +85,81 @@ fn a_client_built_outside_the_runtime_follows_its_paused_clock() {
         .unwrap();
     runtime.block_on(setup_timeout_passes_in_virtual_time(client));
 }
+
+/// A resolver that answers `addrs` for every name, at once.
+fn resolving_to(addrs: Vec<SocketAddr>) -> Arc<dyn keepwire_tokio::Resolver> {
+    Arc::new(move |_host: &str, _port: u16| {
+        let addrs = addrs.clone();
+        async move { Ok::<_, keepwire_tokio::ResolveError>(addrs) }
+    })
+}
+
+/// When the node reached `Ready`, in nanoseconds of virtual time since the client was built.
+async fn ready_at(client: &Client) -> u64 {
+    let mut events = client.subscribe();
+    client.connect(client.initial_nodes()[0]).await.unwrap();
+    loop {
+        match events.recv().await {
+            Some(keepwire_tokio::ClientEvent::Pool(keepwire_tokio::Event::StateChanged {
+                to: keepwire_tokio::NodeState::Ready,
+                at,
+                ..
+            })) => return at.as_nanos(),
+            Some(_) => {}
+            None => panic!("the client stopped"),
+        }
+    }
+}
+
+/// Go's rule for a name with several addresses, in virtual time: with a 10 s setup timeout
+/// and two addresses, the first (which never answers) gets 5 s, then the second connects, at
+/// 5 s exactly, within the same attempt.
+#[tokio::test(start_paused = true)]
+async fn the_first_of_two_addresses_gets_half_the_setup_timeout() {
+    let (hanging, _listener, _filler) = hanging_address();
+    let answering = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = keepwire_tokio::client(config())
+        .node(keepwire_tokio::Endpoint::name("db.example", 5432).unwrap())
+        .resolver(resolving_to(vec![hanging, answering.local_addr().unwrap()]))
+        .build()
+        .unwrap();
+    let at = ready_at(&client).await;
+    let half = Duration::from_secs(5).as_nanos() as u64;
+    assert!(
+        (half..half + 50_000_000).contains(&at),
+        "ready at {at} ns of virtual time"
+    );
+    let info = client.node_info(client.initial_nodes()[0]).await.unwrap();
+    assert_eq!(info.addr, Some(answering.local_addr().unwrap()));
+    client.shutdown().await;
+}
+
+/// Three addresses in a 4.5 s setup timeout: an equal share would be 1.5 s each (the third
+/// reached at 3 s), but each gets Go's 2 s minimum: the two that never answer take 2 s each,
+/// and the third connects at 4 s, still within the attempt.
+#[tokio::test(start_paused = true)]
+async fn each_address_gets_at_least_two_seconds() {
+    let (first, _listener1, _filler1) = hanging_address();
+    let (second, _listener2, _filler2) = hanging_address();
+    let answering = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut config = config();
+    config.setup_timeout = Duration::from_millis(4500);
+    let client = keepwire_tokio::client(config)
+        .node(keepwire_tokio::Endpoint::name("db.example", 5432).unwrap())
+        .resolver(resolving_to(vec![
+            first,
+            second,
+            answering.local_addr().unwrap(),
+        ]))
+        .build()
+        .unwrap();
+    let at = ready_at(&client).await;
+    let four = Duration::from_secs(4).as_nanos() as u64;
+    assert!(
+        (four..four + 50_000_000).contains(&at),
+        "ready at {at} ns of virtual time"
+    );
+    let counters = client.counters().await.unwrap();
+    assert_eq!(counters.connects, 1, "{counters:?}");
+    client.shutdown().await;
+}
