@@ -451,7 +451,7 @@ async fn a_tls_handshake_that_stalls_is_cut_by_the_setup_timeout(
 /// Certificates that do not verify: one signed by a CA the client does not trust, and one for
 /// another name. Each ends the handshake at once (well before the setup timeout) with a typed
 /// certificate failure: the node enters `AuthFailed`, the request ends with
-/// `CloseReason::AuthFailed` and nothing sent, and it is not retried.
+/// `CloseReason::CertificateRejected` and nothing sent, and it is not retried.
 async fn a_bad_certificate_is_a_typed_final_failure(runtime: Arc<dyn Runtime>, tls: TlsOn) {
     let trusted = Pki::new();
     let other_ca = Pki::new();
@@ -485,7 +485,7 @@ async fn a_bad_certificate_is_a_typed_final_failure(runtime: Arc<dyn Runtime>, t
         assert_eq!(
             outcome,
             Err(SendError::ConnectionLost {
-                cause: CloseReason::AuthFailed,
+                cause: CloseReason::CertificateRejected,
                 sent: Sent::Nothing,
                 retried: false,
             }),

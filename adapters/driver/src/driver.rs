@@ -26,14 +26,14 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use keepwire_proto::{
-    Action, CloseReason, Config, ConnId, Counters, Event, HandleError, Instant, NodeId, Outcome,
-    Pool, RequestId, Sent, Target,
+    Action, CloseReason, Config, ConnId, Counters, Endpoint, Event, Failure, HandleError,
+    HandshakeFailure, Instant, NodeId, Outcome, Pool, RequestId, Sent, SocketOptions, Target,
 };
 
 use crate::client::{ClientEvent, NodeInfo, SocketInfo};
 use crate::codec::{Codec, Correlation, Decoder, EncodeError, Ids};
 use crate::error::{BuildError, SendError, failure_of};
-use crate::handshake::{HandshakeError, HandshakeHook, HandshakeIo};
+use crate::handshake::{HandshakeError, HandshakeErrorKind, HandshakeHook, HandshakeIo};
 use crate::ready::{Readiness, TargetState};
 use crate::runtime::{BoxFuture, IoStream, Runtime, Timer};
 use crate::socket::{OptionReport, PreparedSocket};
@@ -489,23 +489,15 @@ impl Driver {
         match *action {
             Action::Open {
                 conn,
-                addr,
+                ref endpoint,
                 options,
                 ..
-            } => match PreparedSocket::new(addr, &options) {
-                Ok((socket, report)) => {
-                    if !report.is_empty() {
-                        self.publish(ClientEvent::SocketOptions {
-                            conn,
-                            report: report.clone(),
-                        });
-                    }
-                    let connect = self.runtime.connect(socket, addr);
-                    self.conns
-                        .insert(conn, Conn::Connecting { connect, report });
-                }
-                Err(e) => {
-                    let _ = self.pool.handle_connect_failed(now, conn, failure_of(&e));
+            } => match endpoint {
+                Endpoint::Addr(addr) => self.open(now, conn, *addr, options),
+                // Names are not resolved yet: reported as a failed (retryable) resolution.
+                _ => {
+                    let failure = Failure::ResolveFailed;
+                    let _ = self.pool.handle_connect_failed(now, conn, failure);
                 }
             },
             Action::Handshake { conn } => match (self.conns.remove(&conn), &self.hook) {
@@ -539,6 +531,26 @@ impl Driver {
                 self.conns.remove(&conn);
             }
             _ => {}
+        }
+    }
+
+    /// Opens a connection to `addr` for `conn`.
+    fn open(&mut self, now: Instant, conn: ConnId, addr: SocketAddr, options: SocketOptions) {
+        match PreparedSocket::new(addr, &options) {
+            Ok((socket, report)) => {
+                if !report.is_empty() {
+                    self.publish(ClientEvent::SocketOptions {
+                        conn,
+                        report: report.clone(),
+                    });
+                }
+                let connect = self.runtime.connect(socket, addr);
+                self.conns
+                    .insert(conn, Conn::Connecting { connect, report });
+            }
+            Err(e) => {
+                let _ = self.pool.handle_connect_failed(now, conn, failure_of(&e));
+            }
         }
     }
 
@@ -625,9 +637,12 @@ impl Driver {
     }
 
     fn handshake_failed(&mut self, now: Instant, conn: ConnId, error: HandshakeError) {
-        let _ = self
-            .pool
-            .handle_handshake_failed(now, conn, error.is_final());
+        let failure = match error.kind() {
+            HandshakeErrorKind::Auth => HandshakeFailure::AuthRefused,
+            HandshakeErrorKind::Certificate => HandshakeFailure::CertificateRejected,
+            _ => HandshakeFailure::Failed,
+        };
+        let _ = self.pool.handle_handshake_failed(now, conn, failure);
         self.publish(ClientEvent::HandshakeFailed { conn, error });
     }
 
