@@ -27,7 +27,10 @@ fn loaded_pool(
     config.high_watermark = u64::MAX / 2;
     let now = Instant::ZERO;
     let mut pool = Pool::new(config, now).unwrap();
-    let node = pool.add_node(now, "127.0.0.1:9000".parse().unwrap());
+    let node = pool.add_node(
+        now,
+        "127.0.0.1:9000".parse::<std::net::SocketAddr>().unwrap(),
+    );
     pool.connect(now, node).unwrap();
     let conn = pool.current_conn(node).unwrap();
     pool.handle_connected(now, conn).unwrap();

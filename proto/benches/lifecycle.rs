@@ -55,7 +55,10 @@ fn busy_pool(pending: usize) -> (Pool, NodeId, ConnId, Instant) {
     config.seed = Some(1);
     let now = Instant::from_secs(1);
     let mut pool = Pool::new(config, now).unwrap();
-    let node = pool.add_node(now, "127.0.0.1:9000".parse().unwrap());
+    let node = pool.add_node(
+        now,
+        "127.0.0.1:9000".parse::<std::net::SocketAddr>().unwrap(),
+    );
     pool.connect(now, node).unwrap();
     let conn = pool.current_conn(node).unwrap();
     pool.handle_connected(now, conn).unwrap();

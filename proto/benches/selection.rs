@@ -19,7 +19,7 @@ fn busy_pool(nodes: usize) -> (Pool, Instant) {
     let mut pool = Pool::new(config, now).unwrap();
     for i in 0..nodes {
         let port = 10_000 + (i % 50_000) as u16;
-        let node = pool.add_node(now, ([127, 0, 0, 1], port).into());
+        let node = pool.add_node(now, std::net::SocketAddr::from(([127, 0, 0, 1], port)));
         pool.connect(now, node).unwrap();
         let conn = pool.current_conn(node).unwrap();
         pool.handle_connected(now, conn).unwrap();

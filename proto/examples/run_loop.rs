@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use keepwire_proto::{
-    Action, Config, ConnId, Event, Failure, HandleError, Instant, Outcome, Pool, RequestId,
-    SubmitError, Target,
+    Action, Config, ConnId, Endpoint, Event, Failure, HandleError, Instant, Outcome, Pool,
+    RequestId, SubmitError, Target,
 };
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -33,7 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         while let Some(action) = pool.poll_action() {
             match action {
-                Action::Open { conn, addr, .. } => sockets.connect(conn, addr), // + options
+                Action::Open { conn, endpoint, .. } => sockets.connect(conn, endpoint), // + options
                 Action::Close { conn, .. } => sockets.close(conn),
                 _ => {} // Handshake, when Config::handshake is on
             }
@@ -141,7 +141,7 @@ impl Sockets {
         Instant::from_nanos(self.clock.as_nanos() as u64)
     }
 
-    fn connect(&mut self, conn: ConnId, _addr: SocketAddr) {
+    fn connect(&mut self, conn: ConnId, _endpoint: Endpoint) {
         self.conn = Some(conn);
         self.connecting = true;
         self.kernel.clear();

@@ -30,7 +30,12 @@ fn main() {
     config.low_watermark = 64 * 1024;
     let mut now = Instant::ZERO;
     let mut pool = Pool::new(config, now).expect("valid config");
-    let node = pool.add_node(now, "127.0.0.1:9092".parse().expect("address"));
+    let node = pool.add_node(
+        now,
+        "127.0.0.1:9092"
+            .parse::<std::net::SocketAddr>()
+            .expect("address"),
+    );
     let stall = Instant::from_secs(2)..Instant::from_secs(4);
 
     // The simulated world: bytes in the kernel's send buffer and bytes the server has read.

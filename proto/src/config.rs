@@ -40,8 +40,16 @@ pub struct Config {
     pub reconnect_backoff: Duration,
     /// Cap of the reconnect backoff as it doubles. Default 1 s.
     pub reconnect_backoff_max: Duration,
-    /// Jitter ratio of the reconnect backoff, in `[0, 1)`. Default 0.2.
+    /// Jitter ratio of the reconnect backoff, in `[0, 1)`; also jitters
+    /// [`final_failure_backoff`](Self::final_failure_backoff). Default 0.2.
     pub reconnect_jitter: f64,
+    /// Wait after a final connect failure (authentication refused, certificate rejected, a
+    /// name that does not exist: [`CloseReason::is_final`](crate::CloseReason::is_final))
+    /// before the node connects again, instead of the reconnect backoff, with
+    /// [`reconnect_jitter`](Self::reconnect_jitter). Meanwhile submits to the node fail at once
+    /// with [`Unavailable::Failed`](crate::Unavailable::Failed). At least
+    /// [`reconnect_backoff`](Self::reconnect_backoff). Default 30 s.
+    pub final_failure_backoff: Duration,
     /// Each frame must be fully accepted by the kernel within this long of being queued, or
     /// the connection is closed (Netty's `WriteTimeoutHandler`). [`Duration::ZERO`] disables.
     /// Default 10 s.
@@ -129,6 +137,29 @@ pub struct Config {
     /// [`Pool::handle_received`](crate::Pool::handle_received). [`Duration::ZERO`] disables.
     /// Default 10 s.
     pub frame_timeout: Duration,
+    /// Heartbeats on idle connections: a ready connection that has held no request for longer
+    /// than [`Heartbeat::interval`] gets a ping ([`Action::Heartbeat`](crate::Action::Heartbeat))
+    /// that must be answered within [`Heartbeat::timeout`], or the connection closes with
+    /// [`CloseReason::HeartbeatTimeout`](crate::CloseReason::HeartbeatTimeout) (a connection
+    /// failure, counted for quarantine). This finds a server process that hangs while its
+    /// kernel still answers TCP keepalive, before a caller's request pays for it. `None`
+    /// (the default) sends none.
+    pub heartbeat: Option<Heartbeat>,
+}
+
+/// Heartbeats on idle connections ([`Config::heartbeat`]).
+///
+/// A heartbeat never keeps a connection open past [`Config::idle_timeout`], never counts
+/// against [`Config::max_in_flight`] or selection's load, and never produces an
+/// [`Event::RequestDone`](crate::Event::RequestDone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// A ready connection idle for longer than this (since it became ready, its last request
+    /// ended, or its last heartbeat was answered) gets a ping. Greater than zero.
+    pub interval: Duration,
+    /// How long a ping may wait for its response before its connection closes. Greater than
+    /// zero.
+    pub timeout: Duration,
 }
 
 impl Default for Config {
@@ -140,6 +171,7 @@ impl Default for Config {
             reconnect_backoff: Duration::from_millis(50),
             reconnect_backoff_max: Duration::from_secs(1),
             reconnect_jitter: 0.2,
+            final_failure_backoff: Duration::from_secs(30),
             write_timeout: Duration::from_secs(10),
             high_watermark: 16 * 1024 * 1024,
             low_watermark: 8 * 1024 * 1024,
@@ -159,6 +191,7 @@ impl Default for Config {
             memory_budget: None,
             idle_timeout: Duration::ZERO,
             frame_timeout: Duration::from_secs(10),
+            heartbeat: None,
         }
     }
 }
@@ -192,6 +225,17 @@ impl Config {
             self.reconnect_backoff,
         )?;
         jitter("reconnect_jitter", self.reconnect_jitter)?;
+        positive("final_failure_backoff", self.final_failure_backoff)?;
+        at_least(
+            "final_failure_backoff",
+            self.final_failure_backoff,
+            "reconnect_backoff",
+            self.reconnect_backoff,
+        )?;
+        if let Some(h) = &self.heartbeat {
+            positive("heartbeat.interval", h.interval)?;
+            positive("heartbeat.timeout", h.timeout)?;
+        }
         bounded("write_timeout", self.write_timeout)?;
         bounded("idle_timeout", self.idle_timeout)?;
         bounded("frame_timeout", self.frame_timeout)?;
@@ -248,6 +292,16 @@ impl Config {
         Backoff {
             base: self.reconnect_backoff,
             max: self.reconnect_backoff_max,
+            jitter: self.reconnect_jitter,
+        }
+    }
+
+    /// The wait after a final connect failure: `final_failure_backoff`, jittered like the
+    /// reconnect backoff.
+    pub(crate) fn final_backoff(&self) -> Backoff {
+        Backoff {
+            base: self.final_failure_backoff,
+            max: MAX_DURATION,
             jitter: self.reconnect_jitter,
         }
     }
@@ -397,14 +451,14 @@ pub enum ConfigError {
         /// The value given.
         value: Duration,
     },
-    /// A maximum is below its base.
+    /// A duration is below one it must be at least (a maximum below its base).
     #[error("{max_field} ({max:?}) must be at least {base_field} ({base:?})")]
     MaxBelowBase {
-        /// The maximum's field.
+        /// The field that is too short (a maximum).
         max_field: &'static str,
         /// The maximum given.
         max: Duration,
-        /// The base's field.
+        /// The field it must be at least (a base).
         base_field: &'static str,
         /// The base given.
         base: Duration,

@@ -7,8 +7,8 @@
 use core::fmt;
 
 use crate::event::{
-    CloseReason, EvictReason, Failure, NodeState, Outcome, Phase, QuarantineCause, Readmission,
-    Reason, Sent, Violation,
+    CloseReason, EvictReason, Failure, HandshakeFailure, NodeState, Outcome, Phase,
+    QuarantineCause, Readmission, Reason, Sent, Violation,
 };
 
 /// "disconnected", "connecting", "handshaking", "ready", "closing", "auth failed", "closed".
@@ -43,7 +43,8 @@ impl fmt::Display for Reason {
 }
 
 /// "write timeout", "connect failed: refused", "reset by peer" (an I/O failure reads as the
-/// failure alone), "protocol error: malformed frame header", "evicted (requested)".
+/// failure alone), "protocol error: malformed frame header", "evicted (requested)",
+/// "certificate rejected", "heartbeat timeout".
 impl fmt::Display for CloseReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -51,12 +52,14 @@ impl fmt::Display for CloseReason {
             Self::ConnectFailed(failure) => write!(f, "connect failed: {failure}"),
             Self::HandshakeFailed => f.write_str("handshake failed"),
             Self::AuthFailed => f.write_str("authentication failed"),
+            Self::CertificateRejected => f.write_str("certificate rejected"),
             Self::WriteTimeout => f.write_str("write timeout"),
             Self::Io(failure) => fmt::Display::fmt(failure, f),
             Self::Protocol(violation) => write!(f, "protocol error: {violation}"),
             Self::Evicted(why) => write!(f, "evicted ({why})"),
             Self::Quarantined => f.write_str("node quarantined"),
             Self::Idle => f.write_str("idle"),
+            Self::HeartbeatTimeout => f.write_str("heartbeat timeout"),
             Self::NodeRemoved => f.write_str("node removed"),
             Self::Shutdown => f.write_str("shut down"),
         }
@@ -64,7 +67,7 @@ impl fmt::Display for CloseReason {
 }
 
 /// "refused", "reset by peer", "closed by peer", "timed out (kernel)", "unreachable",
-/// "i/o error (os error 24)", "i/o error".
+/// "name not found", "name resolution failed", "i/o error (os error 24)", "i/o error".
 ///
 /// proto has no `std`, so an OS error shows its number only (`std::io::Error` would also
 /// name it).
@@ -76,9 +79,22 @@ impl fmt::Display for Failure {
             Self::PeerClosed => f.write_str("closed by peer"),
             Self::TimedOut => f.write_str("timed out (kernel)"),
             Self::Unreachable => f.write_str("unreachable"),
+            Self::NameNotFound => f.write_str("name not found"),
+            Self::ResolveFailed => f.write_str("name resolution failed"),
             Self::Other { errno: Some(errno) } => write!(f, "i/o error (os error {errno})"),
             Self::Other { errno: None } => f.write_str("i/o error"),
         }
+    }
+}
+
+/// "handshake failed", "authentication refused", "certificate rejected".
+impl fmt::Display for HandshakeFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Failed => "handshake failed",
+            Self::AuthRefused => "authentication refused",
+            Self::CertificateRejected => "certificate rejected",
+        })
     }
 }
 
@@ -227,6 +243,35 @@ mod tests {
         assert_eq!(
             CloseReason::Evicted(EvictReason::Requested).to_string(),
             "evicted (requested)"
+        );
+        assert_eq!(
+            CloseReason::CertificateRejected.to_string(),
+            "certificate rejected"
+        );
+        assert_eq!(
+            CloseReason::HeartbeatTimeout.to_string(),
+            "heartbeat timeout"
+        );
+        assert_eq!(
+            CloseReason::ConnectFailed(Failure::NameNotFound).to_string(),
+            "connect failed: name not found"
+        );
+        assert_eq!(
+            CloseReason::ConnectFailed(Failure::ResolveFailed).to_string(),
+            "connect failed: name resolution failed"
+        );
+    }
+
+    #[test]
+    fn handshake_failures() {
+        assert_eq!(HandshakeFailure::Failed.to_string(), "handshake failed");
+        assert_eq!(
+            HandshakeFailure::AuthRefused.to_string(),
+            "authentication refused"
+        );
+        assert_eq!(
+            HandshakeFailure::CertificateRejected.to_string(),
+            "certificate rejected"
         );
     }
 

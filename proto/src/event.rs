@@ -2,12 +2,12 @@
 //! it: [`Action`]s for the adapter, [`Event`]s for the application, and the typed reasons and
 //! outcomes they carry.
 
-use core::net::SocketAddr;
 use core::time::Duration;
 
 use bytes::Bytes;
 
 use crate::config::SocketOptions;
+use crate::endpoint::Endpoint;
 use crate::ids::{ConnId, NodeId, RequestId};
 use crate::time::Instant;
 
@@ -15,17 +15,26 @@ use crate::time::Instant;
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Action {
-    /// Open a TCP connection to `addr`, apply `options`, and report the result with
-    /// [`handle_connected`](crate::Pool::handle_connected) or
-    /// [`handle_connect_failed`](crate::Pool::handle_connect_failed).
+    /// Open a TCP connection to `endpoint`, apply `options`, and report the result with
+    /// [`handle_connected`](crate::Pool::handle_connected) (or
+    /// [`handle_connected_to`](crate::Pool::handle_connected_to), saying which address was
+    /// reached) or [`handle_connect_failed`](crate::Pool::handle_connect_failed).
+    ///
+    /// An [`Endpoint::Name`] is resolved now, for this attempt (never from a cache of an
+    /// earlier one), within `deadline`; when it resolves to several addresses, the adapter
+    /// tries them in turn and reports the first that connects with `handle_connected_to`, or,
+    /// when all fail, the last failure. A name that does not exist is
+    /// [`Failure::NameNotFound`] (final: the requests waiting on the node end at once and it
+    /// backs off for [`Config::final_failure_backoff`](crate::Config::final_failure_backoff));
+    /// any other resolver failure is [`Failure::ResolveFailed`] (retryable).
     ///
     /// `deadline` is the setup deadline: proto closes the attempt itself when it passes (the
     /// adapter need not race a timer, but may abandon the connect then).
     Open {
         /// The new connection's handle.
         conn: ConnId,
-        /// Where to connect.
-        addr: SocketAddr,
+        /// Where to connect: an address, or a name to resolve first.
+        endpoint: Endpoint,
         /// The socket options to apply before connecting.
         options: SocketOptions,
         /// When proto will give up on the attempt (connect plus handshake).
@@ -38,6 +47,24 @@ pub enum Action {
     Handshake {
         /// The connection, now connected at the TCP level.
         conn: ConnId,
+    },
+    /// Send a heartbeat on the idle connection `conn` (only with
+    /// [`Config::heartbeat`](crate::Config::heartbeat)): encode the codec's ping for request
+    /// `id` (a protocol with its own ids maps one to `id`, as for any request) and hand it over
+    /// with [`submit_heartbeat`](crate::Pool::submit_heartbeat). Its response is reported like
+    /// any other ([`handle_response`](crate::Pool::handle_response) with `id`, or
+    /// [`handle_next_response`](crate::Pool::handle_next_response) in order) and consumed by
+    /// the pool: no [`Event::RequestDone`] ever follows for `id`.
+    ///
+    /// If no response arrives within [`Heartbeat::timeout`](crate::Heartbeat::timeout), proto
+    /// closes the connection with [`CloseReason::HeartbeatTimeout`], whether or not the ping
+    /// was ever submitted: an adapter without a ping may ignore this action, at the cost of
+    /// that close.
+    Heartbeat {
+        /// The idle connection.
+        conn: ConnId,
+        /// The id reserved for the ping (see [`Pool::holds`](crate::Pool::holds)).
+        id: RequestId,
     },
     /// Close `conn` and drop its socket. The handle is already stale: nothing more need be
     /// reported about it (a late report is refused and harmless).
@@ -204,7 +231,9 @@ pub enum NodeState {
     /// Draining for a graceful shutdown: no new requests; the ones it holds are still written
     /// and answered (or reach their deadlines), then the connection closes.
     Closing,
-    /// The last handshake failed authentication. Like `Disconnected`, with the reason kept.
+    /// The last handshake failed authentication or the server's certificate was rejected: a
+    /// final failure. Like `Disconnected`, with the reason kept; `reconnect_at` is
+    /// [`Config::final_failure_backoff`](crate::Config::final_failure_backoff) after it.
     AuthFailed {
         /// When the reconnect backoff ends.
         reconnect_at: Instant,
@@ -256,8 +285,10 @@ pub enum CloseReason {
     ConnectFailed(Failure),
     /// The handshake failed (not authentication).
     HandshakeFailed,
-    /// The handshake failed authentication.
+    /// The handshake failed authentication (final: see [`CloseReason::is_final`]).
     AuthFailed,
+    /// The handshake rejected a certificate (final: see [`CloseReason::is_final`]).
+    CertificateRejected,
     /// A frame was not accepted by the kernel within the write timeout.
     WriteTimeout,
     /// The socket failed or the peer closed it.
@@ -270,6 +301,9 @@ pub enum CloseReason {
     Quarantined,
     /// No request for longer than the idle timeout.
     Idle,
+    /// A heartbeat on the idle connection was not answered within
+    /// [`Heartbeat::timeout`](crate::Heartbeat::timeout): a connection failure.
+    HeartbeatTimeout,
     /// The node was removed.
     NodeRemoved,
     /// The pool shut down.
@@ -285,11 +319,44 @@ impl CloseReason {
                 | Self::ConnectFailed(_)
                 | Self::HandshakeFailed
                 | Self::AuthFailed
+                | Self::CertificateRejected
                 | Self::WriteTimeout
+                | Self::HeartbeatTimeout
                 | Self::Io(_)
                 | Self::Protocol(_)
         )
     }
+
+    /// Whether no retry can fix it until something changes (credentials, certificates, DNS):
+    /// [`AuthFailed`](Self::AuthFailed), [`CertificateRejected`](Self::CertificateRejected)
+    /// and [`ConnectFailed`](Self::ConnectFailed)`(`[`Failure::NameNotFound`]`)`.
+    ///
+    /// A final failure ends every request waiting on the node at once (never retried), and
+    /// the node backs off for
+    /// [`Config::final_failure_backoff`](crate::Config::final_failure_backoff), during which
+    /// submits to it fail at once with [`Unavailable::Failed`].
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            Self::AuthFailed
+                | Self::CertificateRejected
+                | Self::ConnectFailed(Failure::NameNotFound)
+        )
+    }
+}
+
+/// How an application handshake failed, reported with
+/// [`Pool::handle_handshake_failed`](crate::Pool::handle_handshake_failed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HandshakeFailure {
+    /// Any failure a retry may fix: [`CloseReason::HandshakeFailed`].
+    Failed,
+    /// The server refused our credentials: [`CloseReason::AuthFailed`], final.
+    AuthRefused,
+    /// A certificate was rejected (the server's by us, or ours by the server):
+    /// [`CloseReason::CertificateRejected`], final.
+    CertificateRejected,
 }
 
 /// An I/O failure the adapter observed.
@@ -306,6 +373,12 @@ pub enum Failure {
     TimedOut,
     /// Host or network unreachable.
     Unreachable,
+    /// The node's name does not exist (NXDOMAIN, or no address for it): final (see
+    /// [`CloseReason::is_final`]).
+    NameNotFound,
+    /// Resolving the node's name failed for another reason (resolver unreachable, temporary
+    /// failure): retryable, like any connect failure.
+    ResolveFailed,
     /// Any other error, with its OS error number when there was one.
     Other {
         /// The `errno`, if known.
@@ -431,6 +504,10 @@ pub enum Unavailable {
     /// The pool is shut down.
     #[error("shut down")]
     Shutdown,
+    /// The node's last connect failed for a final reason ([`CloseReason::is_final`]) and its
+    /// [`final_failure_backoff`](crate::Config::final_failure_backoff) is still running.
+    #[error("failed: {0}")]
+    Failed(CloseReason),
 }
 
 /// A report or command named a handle that is stale (from before a removal, eviction or

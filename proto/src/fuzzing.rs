@@ -57,7 +57,9 @@ pub enum Op {
     Connected(u8),
     ConnectFailed(u8),
     HandshakeDone(u8),
-    HandshakeFailed(u8, bool),
+    /// The handshake fails: `kind` picks an ordinary failure, a refused authentication or a
+    /// rejected certificate.
+    HandshakeFailed(u8, u8),
     /// The kernel accepts up to `accept` bytes on the node's connection.
     Write {
         node: u8,
@@ -303,8 +305,13 @@ impl Session {
                 self.report(i, |p, c| p.handle_connect_failed(now, c, Failure::Refused))
             }
             Op::HandshakeDone(i) => self.report(i, |p, c| p.handle_handshake_done(now, c)),
-            Op::HandshakeFailed(i, auth) => {
-                self.report(i, |p, c| p.handle_handshake_failed(now, c, auth))
+            Op::HandshakeFailed(i, kind) => {
+                let failure = match kind % 3 {
+                    0 => crate::HandshakeFailure::Failed,
+                    1 => crate::HandshakeFailure::AuthRefused,
+                    _ => crate::HandshakeFailure::CertificateRejected,
+                };
+                self.report(i, |p, c| p.handle_handshake_failed(now, c, failure))
             }
             Op::Write { node, accept } => self.write(node, usize::from(accept)),
             Op::Respond { node, pick } => self.respond(node, pick),
@@ -735,12 +742,16 @@ impl Session {
     }
 }
 
+/// A socket failure (while connecting, a connect failure: a name that does not resolve is a
+/// final one).
 fn failure(kind: u8) -> Failure {
-    match kind % 5 {
+    match kind % 7 {
         0 => Failure::Reset,
         1 => Failure::PeerClosed,
         2 => Failure::TimedOut,
         3 => Failure::Refused,
+        4 => Failure::NameNotFound,
+        5 => Failure::ResolveFailed,
         _ => Failure::Other { errno: Some(5) },
     }
 }

@@ -19,6 +19,7 @@ mod backoff;
 mod config;
 mod counters;
 mod display;
+mod endpoint;
 mod event;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
@@ -36,12 +37,15 @@ mod timers;
 mod tests;
 
 pub use config::{
-    AfterLastProbe, Config, ConfigError, Keepalive, MAX_DURATION, SelectionRule, SocketOptions,
+    AfterLastProbe, Config, ConfigError, Heartbeat, Keepalive, MAX_DURATION, SelectionRule,
+    SocketOptions,
 };
 pub use counters::Counters;
+pub use endpoint::{Endpoint, EndpointError};
 pub use event::{
-    Action, CloseReason, Event, EvictReason, Failure, HandleError, NodeState, Outcome, Phase,
-    QuarantineCause, Readmission, Reason, Sent, SubmitError, Unavailable, Violation,
+    Action, CloseReason, Event, EvictReason, Failure, HandleError, HandshakeFailure, NodeState,
+    Outcome, Phase, QuarantineCause, Readmission, Reason, Sent, SubmitError, Unavailable,
+    Violation,
 };
 pub use ids::{ConnId, NodeId, RequestId};
 pub use pool::{Pool, Target};

@@ -31,6 +31,9 @@ pub(crate) struct Request {
     pub(crate) retried: bool,
     /// Submitted to a named node (a transparent retry stays on it).
     pub(crate) pinned: bool,
+    /// A heartbeat: not counted in its node's requests, never reported with
+    /// [`Event::RequestDone`](crate::Event::RequestDone); `ended` once it ends silently.
+    pub(crate) heartbeat: bool,
     pub(crate) ended: bool,
 }
 
@@ -130,6 +133,7 @@ mod tests {
             stage: Stage::Queued { seq: 0 },
             retried: false,
             pinned: false,
+            heartbeat: false,
             ended: false,
         }
     }

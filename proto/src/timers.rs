@@ -44,6 +44,9 @@ node_timers! {
     Idle,
     /// A partly received response has been arriving for longer than the frame timeout.
     Frame,
+    /// A ready connection has been idle for longer than the heartbeat interval (a ping is
+    /// due), or, while a ping is outstanding, its deadline.
+    Heartbeat,
 }
 
 /// A node's armed timers, one slot per [`NodeTimer`].

@@ -15,6 +15,8 @@ use keepwire_driver::{BoxFuture, ResolveError, Resolver};
 pub struct Names {
     table: Mutex<HashMap<String, Answer>>,
     lookups: AtomicUsize,
+    /// While set, lookups wait until it is dropped ([`Names::pause`]).
+    gate: Mutex<Option<(smol::channel::Sender<()>, smol::channel::Receiver<()>)>>,
 }
 
 /// What a name resolves to.
@@ -47,7 +49,22 @@ impl Names {
         self.answer(host, Answer::Failed);
     }
 
-    /// Lookups so far, of any name.
+    /// From now on, lookups wait (each answers what the table says when it is released)
+    /// until [`resume`](Self::resume): a slow resolver, so that requests pile up behind a
+    /// connect attempt.
+    pub fn pause(&self) {
+        *self.gate.lock().unwrap_or_else(PoisonError::into_inner) = Some(smol::channel::bounded(1));
+    }
+
+    /// Releases the lookups waiting since [`pause`](Self::pause).
+    pub fn resume(&self) {
+        self.gate
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+    }
+
+    /// Lookups so far, of any name (counted when they start).
     pub fn lookups(&self) -> usize {
         self.lookups.load(Ordering::SeqCst)
     }
@@ -67,6 +84,12 @@ impl Resolver for Names {
         _port: u16,
     ) -> BoxFuture<'static, Result<Vec<SocketAddr>, ResolveError>> {
         self.lookups.fetch_add(1, Ordering::SeqCst);
+        let gate = self
+            .gate
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|(_, released)| released.clone());
         let answer = self
             .table
             .lock()
@@ -75,6 +98,10 @@ impl Resolver for Names {
             .cloned()
             .unwrap_or(Answer::NotFound);
         Box::pin(async move {
+            if let Some(released) = gate {
+                // Ends with an error once the sender is dropped.
+                let _ = released.recv().await;
+            }
             match answer {
                 Answer::Addrs(addrs) => Ok(addrs),
                 Answer::NotFound => Err(ResolveError::NotFound),

@@ -23,7 +23,7 @@ use keepwire_tests::protocols::memcached::{self, Memcached, Reply};
 use keepwire_tests::protocols::postgres::{Postgres, Startup};
 use keepwire_tests::servers::{MemcachedServer, PostgresServer, Shared, Signal};
 use keepwire_tests::{
-    Ledger, Tokio, TestRuntime, bounded, runtime_name, sleep, test_config, test_on_every_runtime,
+    Ledger, TestRuntime, Tokio, bounded, runtime_name, sleep, test_config, test_on_every_runtime,
     wait_for,
 };
 
@@ -77,7 +77,13 @@ async fn answered_pings_keep_an_idle_connection(runtime: Arc<dyn Runtime>) {
     for round in 0..3 {
         let payload = format!("round {round}");
         let answered = ledger
-            .send(&*runtime, &client, Target::Node(node), payload.clone(), Duration::from_secs(2))
+            .send(
+                &*runtime,
+                &client,
+                Target::Node(node),
+                payload.clone(),
+                Duration::from_secs(2),
+            )
             .join()
             .await;
         assert_eq!(answered.result.as_deref(), Ok(payload.as_bytes()));
@@ -243,41 +249,65 @@ async fn memcached_pings_keep_their_place_in_order(runtime: Arc<dyn Runtime>) {
         .get(MemcachedServer::start)
         .unwrap_or_else(|e| panic!("{e}"));
     let on = runtime_name(&*runtime);
-    bounded(&*runtime, Duration::from_secs(20), "memcached in order", async {
-        let builder = ClientBuilder::new(test_config())
-            .node(server.addr())
-            .codec(Memcached::new());
-        let (client, node, _events) = with_heartbeat(
-            &runtime,
-            builder,
-            Duration::from_millis(50),
-            Duration::from_secs(1),
-        );
-        let ledger = Ledger::default();
-        for i in 0..40u64 {
-            let key = format!("hb-order-{on}-{i}");
-            let stored = ledger
-                .send(&*runtime, &client, Target::Node(node), memcached::set(&key, i.to_string()), Duration::from_secs(2))
-                .join()
+    bounded(
+        &*runtime,
+        Duration::from_secs(20),
+        "memcached in order",
+        async {
+            let builder = ClientBuilder::new(test_config())
+                .node(server.addr())
+                .codec(Memcached::new());
+            let (client, node, _events) = with_heartbeat(
+                &runtime,
+                builder,
+                Duration::from_millis(50),
+                Duration::from_secs(1),
+            );
+            let ledger = Ledger::default();
+            for i in 0..40u64 {
+                let key = format!("hb-order-{on}-{i}");
+                let stored = ledger
+                    .send(
+                        &*runtime,
+                        &client,
+                        Target::Node(node),
+                        memcached::set(&key, i.to_string()),
+                        Duration::from_secs(2),
+                    )
+                    .join()
+                    .await;
+                assert_eq!(
+                    stored.result.map(|r| Reply::parse(&r)),
+                    Ok(Ok(Reply::Stored))
+                );
+                sleep(&*runtime, Duration::from_millis(40 + (i % 4) * 10)).await;
+                let got = ledger
+                    .send(
+                        &*runtime,
+                        &client,
+                        Target::Node(node),
+                        memcached::get(&key),
+                        Duration::from_secs(2),
+                    )
+                    .join()
+                    .await;
+                let value = got.result.map(|r| Reply::parse(&r).unwrap().into_value());
+                assert_eq!(
+                    value,
+                    Ok(Some(bytes::Bytes::from(i.to_string()))),
+                    "request {i}"
+                );
+            }
+            let counters = client.counters().await.unwrap();
+            assert!(counters.heartbeats_sent >= 10, "{counters:?}");
+            assert_eq!(counters.heartbeat_timeouts, 0, "{counters:?}");
+            assert_eq!(counters.connects, 1, "{counters:?}");
+            ledger
+                .assert_each_ended_once(&*runtime, Duration::from_secs(1))
                 .await;
-            assert_eq!(stored.result.map(|r| Reply::parse(&r)), Ok(Ok(Reply::Stored)));
-            sleep(&*runtime, Duration::from_millis(40 + (i % 4) * 10)).await;
-            let got = ledger
-                .send(&*runtime, &client, Target::Node(node), memcached::get(&key), Duration::from_secs(2))
-                .join()
-                .await;
-            let value = got.result.map(|r| Reply::parse(&r).unwrap().into_value());
-            assert_eq!(value, Ok(Some(bytes::Bytes::from(i.to_string()))), "request {i}");
-        }
-        let counters = client.counters().await.unwrap();
-        assert!(counters.heartbeats_sent >= 10, "{counters:?}");
-        assert_eq!(counters.heartbeat_timeouts, 0, "{counters:?}");
-        assert_eq!(counters.connects, 1, "{counters:?}");
-        ledger
-            .assert_each_ended_once(&*runtime, Duration::from_secs(1))
-            .await;
-        client.shutdown().await;
-    })
+            client.shutdown().await;
+        },
+    )
     .await;
 }
 
@@ -288,36 +318,41 @@ async fn postgres_pings_keep_the_session(runtime: Arc<dyn Runtime>) {
     let server = POSTGRES
         .get(PostgresServer::start)
         .unwrap_or_else(|e| panic!("{e}"));
-    bounded(&*runtime, Duration::from_secs(20), "postgres pings", async {
-        let mut config = test_config();
-        config.setup_timeout = Duration::from_secs(2);
-        config.setup_timeout_max = Duration::from_secs(4);
-        let builder = ClientBuilder::new(config)
-            .node(server.addr())
-            .codec(Postgres::new())
-            .handshake(Startup::new("postgres", "postgres"));
-        let (client, _node, _events) = with_heartbeat(
-            &runtime,
-            builder,
-            Duration::from_millis(100),
-            Duration::from_secs(1),
-        );
-        let pid = value(&client, "SELECT pg_backend_pid()").await;
-        assert_eq!(value(&client, "BEGIN; SELECT 'open'").await, "open");
-        sleep(&*runtime, Duration::from_millis(600)).await;
-        assert_eq!(
-            value(&client, "SELECT now() = statement_timestamp()").await,
-            "f",
-            "still in the transaction the pings found"
-        );
-        query(&client, "COMMIT").await.into_result().unwrap();
-        sleep(&*runtime, Duration::from_millis(300)).await;
-        assert_eq!(value(&client, "SELECT pg_backend_pid()").await, pid);
-        let counters = client.counters().await.unwrap();
-        assert!(counters.heartbeats_sent >= 5, "{counters:?}");
-        assert_eq!(counters.heartbeat_timeouts, 0, "{counters:?}");
-        client.shutdown().await;
-    })
+    bounded(
+        &*runtime,
+        Duration::from_secs(20),
+        "postgres pings",
+        async {
+            let mut config = test_config();
+            config.setup_timeout = Duration::from_secs(2);
+            config.setup_timeout_max = Duration::from_secs(4);
+            let builder = ClientBuilder::new(config)
+                .node(server.addr())
+                .codec(Postgres::new())
+                .handshake(Startup::new("postgres", "postgres"));
+            let (client, _node, _events) = with_heartbeat(
+                &runtime,
+                builder,
+                Duration::from_millis(100),
+                Duration::from_secs(1),
+            );
+            let pid = value(&client, "SELECT pg_backend_pid()").await;
+            assert_eq!(value(&client, "BEGIN; SELECT 'open'").await, "open");
+            sleep(&*runtime, Duration::from_millis(600)).await;
+            assert_eq!(
+                value(&client, "SELECT now() = statement_timestamp()").await,
+                "f",
+                "still in the transaction the pings found"
+            );
+            query(&client, "COMMIT").await.into_result().unwrap();
+            sleep(&*runtime, Duration::from_millis(300)).await;
+            assert_eq!(value(&client, "SELECT pg_backend_pid()").await, pid);
+            let counters = client.counters().await.unwrap();
+            assert!(counters.heartbeats_sent >= 5, "{counters:?}");
+            assert_eq!(counters.heartbeat_timeouts, 0, "{counters:?}");
+            client.shutdown().await;
+        },
+    )
     .await;
 }
 

@@ -14,6 +14,7 @@
 //! | dead path, idle connection, keepalive   | keepalive 1 s + 3 x 1 s: `TimedOut` | [4 s, 6 s)      |
 //! | peer stops reading, full window         | write timeout (1 s) closes it       | [1 s, 2 s)      |
 //! |                                         | `NotWritable` above the high mark   | [0, 250 ms)     |
+//! | a name's first address blackholed       | its 2 s share, then the second      | [2 s, 3.5 s)    |
 //!
 //! If the kernel refuses the namespace, or `nft` is missing or refuses a rule, the test fails
 //! with the reason; it never passes silently. Every line `fault window:` on stdout (run with
@@ -24,10 +25,11 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use keepwire_driver::{Client, ClientBuilder, Events, Runtime, SendError, Target};
+use keepwire_driver::{Client, ClientBuilder, Endpoint, Events, Runtime, SendError, Target};
 use keepwire_proto::{
     CloseReason, Config, Event, Failure, Keepalive, NodeId, NodeState, Phase, Reason,
 };
+use keepwire_tests::names::Names;
 use keepwire_tests::netns::{NFT_TABLE, NsId};
 use keepwire_tests::peers::{Behaviour, Peer};
 use keepwire_tests::{Ledger, Netns, in_private_netns, sleep, test_config, until_read, wait_for};
@@ -565,6 +567,65 @@ fn nft_runs_in_the_private_namespace_only() {
     );
 }
 
+/// A name with two addresses whose first never answers (every SYN to its port dropped): the
+/// first address gets its share of the 4 s setup deadline (2 s, Go's minimum), then the attempt
+/// moves on to the second, which answers within the same attempt: [2 s, 3.5 s), one connect,
+/// no setup timeout.
+async fn a_name_whose_first_address_is_blackholed_reaches_the_second(
+    runtime: Arc<dyn Runtime>,
+    netns: Arc<Netns>,
+    on: &str,
+) {
+    const NAME: &str = "orders.keepwire.test";
+    let dead = Peer::start(Behaviour::Echo);
+    let alive = Peer::start(Behaviour::Echo);
+    block(&netns, &dead);
+    let names = Names::new();
+    names.set(NAME, &[dead.addr(), alive.addr()]);
+    let mut config = test_config();
+    config.setup_timeout = Duration::from_secs(4);
+    config.setup_timeout_max = Duration::from_secs(8);
+    let client = ClientBuilder::new(config)
+        .node(Endpoint::name(NAME, 7000).unwrap())
+        .resolver(names.clone())
+        .build(Arc::clone(&runtime))
+        .unwrap();
+    let node = client.initial_nodes()[0];
+    let ledger = Ledger::default();
+    let answered = ledger
+        .send(
+            &*runtime,
+            &client,
+            Target::Node(node),
+            "past the blackhole",
+            Duration::from_secs(10),
+        )
+        .join()
+        .await;
+    assert_eq!(answered.result.as_deref(), Ok(&b"past the blackhole"[..]));
+    window(
+        "name with two addresses, the first blackholed, setup timeout 4 s",
+        on,
+        answered.took,
+        Duration::from_secs(2),
+        Duration::from_millis(3500),
+    );
+    assert_eq!(dead.accepted(), 0, "no SYN got through");
+    let info = client.node_info(node).await.unwrap();
+    assert_eq!(info.addr, Some(alive.addr()));
+    let counters = client.counters().await.unwrap();
+    assert_eq!(
+        (counters.connects, counters.setup_timeouts),
+        (1, 0),
+        "{counters:?}"
+    );
+    assert_eq!(names.lookups(), 1);
+    ledger
+        .assert_each_ended_once(&*runtime, Duration::from_secs(1))
+        .await;
+    client.shutdown().await;
+}
+
 /// Instantiates each case on each runtime, in its own private namespace, with the runtime's
 /// name for the measurements.
 macro_rules! fault_matrix {
@@ -597,6 +658,7 @@ fault_matrix!(
     a_server_restarted_behind_a_stall_is_found_by_the_first_write,
     keepalive_finds_a_dead_path_under_an_idle_connection,
     a_peer_behind_a_full_window_is_closed_by_the_write_timeout,
+    a_name_whose_first_address_is_blackholed_reaches_the_second,
 );
 
 /// Why the connection under a request closed, if it ended with "connection lost".

@@ -1,9 +1,9 @@
 //! Nodes by name, on every runtime: a name resolved again on every connect attempt (its
 //! address changes between two connects), every address of a name tried in turn (a refused
-//! one at once; a blackholed one, in a private network namespace, for its share of the setup
-//! deadline), a name that does not exist (a final error at once to every waiting request, then
-//! the final-failure backoff), a lookup that fails (retryable), and the runtime's own resolver
-//! reading the hosts file.
+//! one moves on at once; a blackholed one is in `real_kernel_faults.rs`, which runs in private
+//! network namespaces), a name that does not exist (a final error at once to every waiting
+//! request, then the final-failure backoff), a lookup that fails (retryable), and the runtime's
+//! own resolver reading the hosts file.
 //!
 //! Names are answered by a test resolver (`keepwire_tests::names::Names`), never by the
 //! system's hosts file or DNS, except `localhost` for the runtime's own resolver (the hosts
@@ -11,12 +11,10 @@
 //! `name window:` on stdout (with `--nocapture`) is one measurement.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use keepwire_driver::{Client, ClientBuilder, Endpoint, Runtime, SendError, Sent, Target};
-use keepwire_proto::{
-    CloseReason, Config, Event, Failure, NodeId, NodeState, Reason, Unavailable,
-};
+use keepwire_proto::{CloseReason, Config, Event, Failure, NodeId, NodeState, Reason, Unavailable};
 use keepwire_tests::names::Names;
 use keepwire_tests::peers::{Behaviour, Peer, RefusingPort};
 use keepwire_tests::{Ledger, runtime_name, sleep, test_config, test_on_every_runtime, wait_for};
@@ -68,7 +66,11 @@ async fn a_name_is_resolved_again_on_every_connect(runtime: Arc<dyn Runtime>) {
     assert_eq!(first.result.as_deref(), Ok(&b"to A"[..]));
     let info = client.node_info(node).await.unwrap();
     assert_eq!(info.endpoint.to_string(), format!("{NAME}:7000"));
-    assert_eq!(info.addr, Some(a.addr()), "the address the connection reached");
+    assert_eq!(
+        info.addr,
+        Some(a.addr()),
+        "the address the connection reached"
+    );
     assert_eq!(info.socket.and_then(|s| s.peer_addr), Some(a.addr()));
 
     // A's pod is gone (its port refuses from now on), and the name now points at B.
@@ -131,7 +133,10 @@ async fn a_refused_address_moves_on_to_the_next_at_once(runtime: Arc<dyn Runtime
         Duration::ZERO,
         Duration::from_millis(500),
     );
-    assert_eq!(client.node_info(node).await.unwrap().addr, Some(peer.addr()));
+    assert_eq!(
+        client.node_info(node).await.unwrap().addr,
+        Some(peer.addr())
+    );
     let counters = client.counters().await.unwrap();
     assert_eq!(counters.connects, 1, "one attempt: {counters:?}");
     assert_eq!(names.lookups(), 1);
@@ -141,11 +146,11 @@ async fn a_refused_address_moves_on_to_the_next_at_once(runtime: Arc<dyn Runtime
     client.shutdown().await;
 }
 
-/// A name that does not exist is a final error: every request waiting for the node's
-/// connection ends at once with `NameNotFound` (not at its 5 s deadline), a send during the
-/// final-failure backoff is refused at once with the same reason, and nothing is looked up
-/// again before that backoff has passed. Once it has, the name (now registered) is resolved
-/// and the node reached.
+/// A name that does not exist is a final error: the requests waiting for the node's
+/// connection (three, held up behind a slow lookup) end at once when the lookup answers "not
+/// found" (not at their 5 s deadline), a send during the final-failure backoff is refused at
+/// once with the same reason, and nothing is looked up again before that backoff has passed.
+/// Once it has, the name (now registered) is resolved and the node reached.
 async fn a_name_that_does_not_exist_fails_at_once(runtime: Arc<dyn Runtime>) {
     let on = runtime_name(&*runtime);
     let peer = Peer::start(Behaviour::Echo);
@@ -158,14 +163,21 @@ async fn a_name_that_does_not_exist_fails_at_once(runtime: Arc<dyn Runtime>) {
     let target = Target::Node(node);
     let not_found = CloseReason::ConnectFailed(Failure::NameNotFound);
 
+    names.pause();
     let waiting: Vec<_> = (0..3)
         .map(|i| {
             let payload = format!("waiting {i}");
             ledger.send(&*runtime, &client, target, payload, Duration::from_secs(5))
         })
         .collect();
+    while client.node_info(node).await.unwrap().in_flight < 3 {
+        sleep(&*runtime, Duration::from_millis(2)).await;
+    }
+    let answered = Instant::now();
+    names.resume();
     for request in waiting {
         let ended = request.join().await;
+        let after = answered.elapsed();
         match &ended.result {
             Err(
                 e @ SendError::ConnectionLost {
@@ -181,11 +193,11 @@ async fn a_name_that_does_not_exist_fails_at_once(runtime: Arc<dyn Runtime>) {
             other => panic!("{other:?}"),
         }
         window(
-            "name not found, waiting request ended",
+            "name not found, a waiting request ended after the lookup",
             on,
-            ended.took,
+            after,
             Duration::ZERO,
-            Duration::from_millis(500),
+            Duration::from_millis(250),
         );
     }
     let (failed_at, reconnect_at) = wait_for(
@@ -212,7 +224,13 @@ async fn a_name_that_does_not_exist_fails_at_once(runtime: Arc<dyn Runtime>) {
 
     // During the backoff: refused at once, with the reason.
     let refused = ledger
-        .send(&*runtime, &client, target, "refused", Duration::from_secs(5))
+        .send(
+            &*runtime,
+            &client,
+            target,
+            "refused",
+            Duration::from_secs(5),
+        )
         .join()
         .await;
     assert_eq!(
@@ -220,14 +238,24 @@ async fn a_name_that_does_not_exist_fails_at_once(runtime: Arc<dyn Runtime>) {
         Err(SendError::NodeUnavailable(Unavailable::Failed(not_found)))
     );
     assert!(refused.result.as_ref().unwrap_err().is_final());
-    assert!(refused.took < Duration::from_millis(250), "{:?}", refused.took);
+    assert!(
+        refused.took < Duration::from_millis(250),
+        "{:?}",
+        refused.took
+    );
     assert_eq!(names.lookups(), 1, "no lookup during the final backoff");
 
     // The name is registered; after the backoff the next request resolves it and is answered.
     names.set(NAME, &[peer.addr()]);
     sleep(&*runtime, backoff + Duration::from_millis(50)).await;
     let answered = ledger
-        .send(&*runtime, &client, target, "registered", Duration::from_secs(5))
+        .send(
+            &*runtime,
+            &client,
+            target,
+            "registered",
+            Duration::from_secs(5),
+        )
         .join()
         .await;
     assert_eq!(answered.result.as_deref(), Ok(&b"registered"[..]));
@@ -238,45 +266,71 @@ async fn a_name_that_does_not_exist_fails_at_once(runtime: Arc<dyn Runtime>) {
     client.shutdown().await;
 }
 
-/// A lookup that fails (the resolver is unreachable) is retryable: the request waits while
-/// the node retries on its reconnect backoff, each attempt a new lookup, and is answered once
-/// the resolver answers.
-async fn a_failed_lookup_is_retried_on_the_reconnect_backoff(runtime: Arc<dyn Runtime>) {
+/// A lookup that fails (no resolver reachable) is not final: the waiting request ends at once
+/// as a connect failure does, retryable, and the node backs off for the ordinary reconnect
+/// backoff (100 ms), not the final one; a request sent during that backoff is not refused but
+/// waits for the next attempt, which looks the name up again and is answered.
+async fn a_failed_lookup_is_retryable(runtime: Arc<dyn Runtime>) {
     let peer = Peer::start(Behaviour::Echo);
     let names = Names::new();
     names.fail(NAME);
     let (client, node) = named_client(&runtime, test_config(), &names, peer.addr().port());
     let mut events = client.subscribe();
     let ledger = Ledger::default();
-    let request = ledger.send(
+    let target = Target::Node(node);
+    let failed = ledger
+        .send(
+            &*runtime,
+            &client,
+            target,
+            "during the outage",
+            Duration::from_secs(5),
+        )
+        .join()
+        .await;
+    let cause = CloseReason::ConnectFailed(Failure::ResolveFailed);
+    assert_eq!(
+        failed.result,
+        Err(SendError::ConnectionLost {
+            cause,
+            sent: Sent::Nothing,
+            retried: false
+        })
+    );
+    let error = failed.result.unwrap_err();
+    assert!(!error.is_final() && error.is_retryable(), "{error}");
+    let (failed_at, reconnect_at) = wait_for(
+        &*runtime,
+        &mut events,
+        Duration::from_secs(1),
+        "the reconnect backoff",
+        |e| match e {
+            Event::StateChanged {
+                to: NodeState::Disconnected { reconnect_at },
+                reason: Reason::Closed(reason),
+                at,
+                ..
+            } if *reason == cause => Some((*at, *reconnect_at)),
+            _ => None,
+        },
+    )
+    .await;
+    assert_eq!(
+        reconnect_at.saturating_duration_since(failed_at),
+        Duration::from_millis(100),
+        "the reconnect backoff (no jitter in the test configuration)"
+    );
+    let waiting = ledger.send(
         &*runtime,
         &client,
-        Target::Node(node),
+        target,
         "after the outage",
         Duration::from_secs(5),
     );
-    for attempt in 1..=2 {
-        wait_for(
-            &*runtime,
-            &mut events,
-            Duration::from_secs(2),
-            "a failed lookup",
-            |e| match e {
-                Event::StateChanged {
-                    reason: Reason::Closed(CloseReason::ConnectFailed(Failure::ResolveFailed)),
-                    to: NodeState::Disconnected { .. },
-                    ..
-                } => Some(()),
-                _ => None,
-            },
-        )
-        .await;
-        assert!(names.lookups() >= attempt);
-    }
     names.set(NAME, &[peer.addr()]);
-    let answered = request.join().await;
+    let answered = waiting.join().await;
     assert_eq!(answered.result.as_deref(), Ok(&b"after the outage"[..]));
-    assert!(names.lookups() >= 3, "{}", names.lookups());
+    assert_eq!(names.lookups(), 2);
     ledger
         .assert_each_ended_once(&*runtime, Duration::from_secs(1))
         .await;
@@ -288,7 +342,11 @@ async fn a_failed_lookup_is_retried_on_the_reconnect_backoff(runtime: Arc<dyn Ru
 async fn the_runtimes_resolver_reads_the_hosts_file(runtime: Arc<dyn Runtime>) {
     let peer = Peer::start(Behaviour::Echo);
     let client = ClientBuilder::new(test_config())
-        .node(format!("localhost:{}", peer.addr().port()).parse::<Endpoint>().unwrap())
+        .node(
+            format!("localhost:{}", peer.addr().port())
+                .parse::<Endpoint>()
+                .unwrap(),
+        )
         .build(Arc::clone(&runtime))
         .unwrap();
     let node = client.initial_nodes()[0];
@@ -305,71 +363,6 @@ test_on_every_runtime!(
     a_name_is_resolved_again_on_every_connect,
     a_refused_address_moves_on_to_the_next_at_once,
     a_name_that_does_not_exist_fails_at_once,
-    a_failed_lookup_is_retried_on_the_reconnect_backoff,
+    a_failed_lookup_is_retryable,
     the_runtimes_resolver_reads_the_hosts_file,
 );
-
-/// In a private network namespace, a name with two addresses whose first never answers (an
-/// nftables rule drops every SYN to its port): the first address gets its share of the 4 s
-/// setup deadline (2 s, Go's minimum), then the attempt moves on to the second, which answers
-/// within the same attempt: [2 s, 3.5 s), no setup timeout, one connect.
-mod blackholed {
-    use std::sync::Arc;
-
-    use keepwire_tests::Netns;
-
-    use super::*;
-
-    async fn the_second_address_is_reached_within_the_setup_deadline(
-        runtime: Arc<dyn Runtime>,
-        netns: Arc<Netns>,
-    ) {
-        let on = runtime_name(&*runtime);
-        let dead = Peer::start(Behaviour::Echo);
-        let alive = Peer::start(Behaviour::Echo);
-        netns
-            .block_port(dead.addr().port())
-            .unwrap_or_else(|e| panic!("blocking the first address with nftables failed: {e}"));
-        let names = Names::new();
-        names.set(NAME, &[dead.addr(), alive.addr()]);
-        let mut config = test_config();
-        config.setup_timeout = Duration::from_secs(4);
-        config.setup_timeout_max = Duration::from_secs(8);
-        let (client, node) = named_client(&runtime, config, &names, 7000);
-        let ledger = Ledger::default();
-        let answered = ledger
-            .send(
-                &*runtime,
-                &client,
-                Target::Node(node),
-                "past the blackhole",
-                Duration::from_secs(10),
-            )
-            .join()
-            .await;
-        assert_eq!(answered.result.as_deref(), Ok(&b"past the blackhole"[..]));
-        window(
-            "first of two addresses blackholed, setup timeout 4 s",
-            on,
-            answered.took,
-            Duration::from_secs(2),
-            Duration::from_millis(3500),
-        );
-        assert_eq!(dead.accepted(), 0, "no SYN got through");
-        assert_eq!(client.node_info(node).await.unwrap().addr, Some(alive.addr()));
-        let counters = client.counters().await.unwrap();
-        assert_eq!(
-            (counters.connects, counters.setup_timeouts),
-            (1, 0),
-            "{counters:?}"
-        );
-        ledger
-            .assert_each_ended_once(&*runtime, Duration::from_secs(1))
-            .await;
-        client.shutdown().await;
-    }
-
-    keepwire_tests::test_in_netns_on_every_runtime!(
-        the_second_address_is_reached_within_the_setup_deadline
-    );
-}

@@ -12,9 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keepwire_driver::{Client, ClientBuilder, ClientEvent, Runtime, SendError, Sent, Target};
-use keepwire_proto::{
-    CloseReason, Config, Event, Failure, NodeState, Phase, Reason, Unavailable,
-};
+use keepwire_proto::{CloseReason, Config, Event, Failure, NodeState, Phase, Reason, Unavailable};
 use keepwire_tests::pg::{pipelined, query, text, value};
 use keepwire_tests::protocols::postgres::{Postgres, Response, Startup};
 use keepwire_tests::servers::{PostgresServer, Shared, Signal};

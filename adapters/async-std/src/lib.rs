@@ -22,10 +22,39 @@
 //!
 //! async_std::task::block_on(async {
 //!     let client = keepwire_async_std::client(Config::default())
-//!         .node("127.0.0.1:7000".parse()?)
+//!         .node("127.0.0.1:7000".parse::<std::net::SocketAddr>()?)
 //!         .build()?;
 //!     let reply = client.send(Target::Best, &b"ping"[..], Duration::from_secs(1)).await?;
 //!     # let _ = reply;
+//!     Ok(())
+//! })
+//! # }
+//! ```
+//!
+//! **Nodes by name, final errors, heartbeats.** A node may be a name
+//! (`"db.example:7000".parse::<Endpoint>()?` or [`Endpoint::name`]): it is resolved on every
+//! connect attempt, with std's resolver on async-std's blocking pool (`spawn_blocking`), and each of its addresses is tried
+//! in turn. `.resolver(..)` replaces the resolver with any [`Resolver`] (a test's table, a
+//! service registry). A name that does not exist, refused credentials and a rejected
+//! certificate are final errors ([`SendError::is_final`]): the waiting requests get them at
+//! once. `.heartbeat(interval, timeout)` sends the codec's ping on idle connections, so a hung
+//! server behind an idle connection is found within `interval + timeout`. keepwire-driver's
+//! documentation has the details.
+//!
+//! ```no_run
+//! # fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use keepwire_async_std::{Config, Endpoint, Target};
+//!
+//! async_std::task::block_on(async {
+//!     let client = keepwire_async_std::client(Config::default())
+//!         .node("db.example:7000".parse::<Endpoint>()?) // resolved on every connect attempt
+//!         .heartbeat(Duration::from_secs(5), Duration::from_secs(1)) // ping idle connections
+//!         .build()?;
+//!     match client.send(Target::Best, &b"ping"[..], Duration::from_secs(1)).await {
+//!         Err(e) if e.is_final() => eprintln!("no retry can help: {e}"), // e.g. no such name
+//!         other => drop(other),
+//!     }
 //!     Ok(())
 //! })
 //! # }

@@ -496,7 +496,9 @@ impl Client {
 
 /// Whether `codec` has a heartbeat ping: it frames one for a trial id.
 fn has_ping(codec: &dyn Codec) -> bool {
-    codec.heartbeat(Some(0), &mut bytes::BytesMut::new()).is_some()
+    codec
+        .heartbeat(Some(0), &mut bytes::BytesMut::new())
+        .is_some()
 }
 
 /// A seed from OS entropy, without a dependency: std seeds every [`RandomState`] from the OS

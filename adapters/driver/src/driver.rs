@@ -16,8 +16,6 @@
 use std::any::Any;
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
-use std::io;
-use std::net::SocketAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -26,17 +24,18 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use keepwire_proto::{
-    Action, CloseReason, Config, ConnId, Counters, Event, HandleError, Instant, NodeId, Outcome,
-    Pool, RequestId, Sent, Target,
+    Action, CloseReason, Config, ConnId, Counters, Endpoint, Event, HandleError, Instant, NodeId,
+    Outcome, Pool, RequestId, Sent, Target,
 };
 
 use crate::client::{ClientEvent, NodeInfo, SocketInfo};
 use crate::codec::{Codec, Correlation, Decoder, EncodeError, Ids};
-use crate::error::{BuildError, SendError, failure_of};
+use crate::error::{BuildError, SendError};
 use crate::handshake::{HandshakeError, HandshakeHook, HandshakeIo};
 use crate::ready::{Readiness, TargetState};
+use crate::resolve::Resolver;
 use crate::runtime::{BoxFuture, IoStream, Runtime, Timer};
-use crate::socket::{OptionReport, PreparedSocket};
+use crate::socket::OptionReport;
 use crate::sync::{Hub, IdMap, Inbox, ReplySender, SendKey, answer, poll_commands};
 use crate::telemetry::Telemetry;
 

@@ -408,7 +408,10 @@ mod tests {
             retried: false,
         };
         let finals = [
-            (lost(CloseReason::AuthFailed), io::ErrorKind::PermissionDenied),
+            (
+                lost(CloseReason::AuthFailed),
+                io::ErrorKind::PermissionDenied,
+            ),
             (
                 lost(CloseReason::CertificateRejected),
                 io::ErrorKind::PermissionDenied,
@@ -431,7 +434,10 @@ mod tests {
         for (error, kind) in finals {
             assert!(error.is_final(), "{error}");
             assert!(error.final_reason().is_some_and(CloseReason::is_final));
-            assert!(!error.is_retryable(), "{error}: a resend meets the same refusal");
+            assert!(
+                !error.is_retryable(),
+                "{error}: a resend meets the same refusal"
+            );
             assert!(!error.is_timeout(), "{error}");
             assert_eq!(error.io_kind(), kind, "{error}");
         }

@@ -59,7 +59,7 @@ use crate::socket::SocketRef;
 /// }
 ///
 /// let builder = ClientBuilder::new(Config::default())
-///     .node("127.0.0.1:7000".parse().unwrap())
+///     .node("127.0.0.1:7000".parse::<std::net::SocketAddr>().unwrap())
 ///     .handshake(hello); // also turns on Config::handshake
 /// # drop(builder);
 /// ```

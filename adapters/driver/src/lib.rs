@@ -18,12 +18,67 @@
 //! let mut config = Config::default();
 //! config.write_timeout = Duration::from_secs(2);
 //! let client = ClientBuilder::new(config)
-//!     .node("127.0.0.1:7000".parse()?)
-//!     .node("127.0.0.1:7001".parse()?)
+//!     .node("127.0.0.1:7000".parse::<std::net::SocketAddr>()?)
+//!     .node("127.0.0.1:7001".parse::<std::net::SocketAddr>()?)
 //!     .build(runtime)?;
 //! let response = client.send(Target::Best, &b"ping"[..], Duration::from_secs(1)).await?;
 //! # let _ = response;
 //! client.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Nodes by name, resolvers, final errors and heartbeats
+//!
+//! A node is an address or a **name** ([`Endpoint`]). A name is resolved again on *every*
+//! connect attempt, under the attempt's setup deadline, so a server that moved (a pod that
+//! restarted on another address) is found by the next reconnect; when it has several
+//! addresses they are tried in turn, each with a share of the setup deadline (what is left
+//! divided by the addresses left, but at least 2 s: Go's `net.Dialer` rule), before the node
+//! backs off. [`NodeInfo::addr`] says which address the last connection reached.
+//!
+//! The runtime's resolver ([`Runtime::resolve`]: std's, on the runtime's blocking pool) is the
+//! default; [`ClientBuilder::resolver`] replaces it with any [`Resolver`] (an async DNS client,
+//! a service registry, or a table a test controls).
+//!
+//! Some connect failures no retry can fix: refused credentials, a rejected certificate, a
+//! name that does not exist ([`ResolveError::NotFound`]). Each is **final**
+//! ([`SendError::is_final`], with its reason in [`SendError::final_reason`]): every request
+//! waiting on the node ends at once with it (not at its deadline), and the node waits
+//! [`Config::final_failure_backoff`] (30 s) before it tries again, refusing sends at once
+//! meanwhile. Everything else (a refused port, a failed lookup, a timeout) stays retryable
+//! on the reconnect backoff.
+//!
+//! A server process that hangs while its kernel lives (SIGSTOP, a deadlock, a long GC pause)
+//! is invisible to TCP keepalive on an idle connection: its kernel answers the probes.
+//! **Heartbeats** ([`ClientBuilder::heartbeat`], off by default) send the codec's ping
+//! ([`Codec::heartbeat`]) on a connection idle longer than `interval`, with a deadline of its
+//! own: an unanswered ping closes the connection within `interval + timeout` of its last
+//! answer, as a failure (`CloseReason::HeartbeatTimeout`), before a request pays for it.
+//!
+//! ```no_run
+//! # async fn demo(runtime: std::sync::Arc<dyn keepwire_driver::Runtime>) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use keepwire_driver::{ClientBuilder, Endpoint, ResolveError, Target};
+//! use keepwire_proto::Config;
+//!
+//! // A registry's view of the service, as a resolver (any closure of this shape is one).
+//! let registry = Arc::new(|host: &str, port: u16| {
+//!     let found = (host == "orders").then(|| vec![std::net::SocketAddr::from(([10, 0, 0, 7], port))]);
+//!     async move { found.ok_or(ResolveError::NotFound) }
+//! });
+//! let client = ClientBuilder::new(Config::default())
+//!     .node("db.example:5432".parse::<Endpoint>()?) // the runtime's resolver
+//!     .node(Endpoint::name("orders", 7000)?)         // resolved by the registry below
+//!     .node("10.0.0.8:7000".parse::<std::net::SocketAddr>()?)
+//!     .resolver(registry)
+//!     .heartbeat(Duration::from_secs(5), Duration::from_secs(1))
+//!     .build(runtime)?;
+//! match client.send(Target::Best, &b"ping"[..], Duration::from_secs(1)).await {
+//!     Err(e) if e.is_final() => eprintln!("fix the configuration: {e}"),
+//!     other => { let _ = other; }
+//! }
 //! # Ok(())
 //! # }
 //! ```

@@ -209,7 +209,7 @@ mod trace {
     use std::collections::HashMap;
 
     use keepwire_proto::{
-        Action, CloseReason, ConnId, Event, NodeId, NodeState, Outcome, Pool, Reason,
+        Action, CloseReason, ConnId, Event, Failure, NodeId, NodeState, Outcome, Pool, Reason,
     };
     use tracing::{Level, Span};
 
@@ -611,8 +611,6 @@ mod meter {
         late_responses: "Responses to requests that had already ended (consumed and dropped).",
         transparent_retries: "Requests queued once more, nothing sent, after their connection failed or was evicted.",
         panics: "Times the pool entered panic mode (quarantine ignored).",
-        heartbeats_sent: "Heartbeat pings sent on idle connections.",
-        heartbeat_timeouts: "Connections closed because a heartbeat ping got no answer in time.",
     }
 
     fn describe() {

@@ -30,7 +30,7 @@
 //! A certificate that does not verify (unknown issuer, wrong name, expired, ...) or a server
 //! that rejects ours ends the handshake with [`HandshakeError::certificate`]: final, like an
 //! authentication failure (the node enters `AuthFailed` and the requests waiting on it end at
-//! once with `CloseReason::AuthFailed`). Any other TLS failure is [`HandshakeError::failed`];
+//! once with `CloseReason::CertificateRejected`). Any other TLS failure is [`HandshakeError::failed`];
 //! a handshake that stalls is cut by the setup timeout. With TLS 1.3 a server that rejects the
 //! client's certificate may only say so after the client has finished its handshake: that
 //! alert then ends the connection as an I/O error on its first read.

@@ -14,7 +14,7 @@
 //!
 //! let tls = tls::TlsConfig::builder().roots_pem(ca_pem).server_name("db.example").build()?;
 //! let client = keepwire_smol::client(Config::default())
-//!     .node("127.0.0.1:7000".parse()?)
+//!     .node("127.0.0.1:7000".parse::<std::net::SocketAddr>()?)
 //!     .handshake(tls::handshake(tls))
 //!     .build()?;
 //! # let _ = client;

@@ -4,7 +4,7 @@
 use alloc::vec::Vec;
 
 use super::table::Input;
-use super::{Conn, Node, Retry, Sink};
+use super::{Conn, FinalFailure, Node, Retry, Sink};
 use crate::event::{
     Action, CloseReason, Event, EvictReason, NodeState, Outcome, QuarantineCause, Readmission, Sent,
 };
@@ -47,6 +47,7 @@ impl Node {
             scheduled: false,
             blocked: false,
             partial_since: None,
+            heartbeat: None,
         });
         self.want_connection = false;
         self.last_attempt = Some(now);
@@ -58,7 +59,7 @@ impl Node {
         self.arm(sink, NodeTimer::Setup, now.expiry_after(setup));
         sink.actions.push_back(Action::Open {
             conn: self.conn_handle(self.conn_generation),
-            addr: self.addr,
+            endpoint: self.endpoint.clone(),
             options: sink.config.socket,
             deadline: now + setup,
         });
@@ -106,6 +107,7 @@ impl Node {
         // Once ready, a probe's connection is an ordinary one: its later failures are not
         // probe failures.
         let probe = core::mem::take(&mut conn.probe);
+        self.final_failure = None;
         self.disconnects = 0;
         self.failed_attempts = 0;
         self.timers.stop(NodeTimer::Setup);
@@ -177,10 +179,13 @@ impl Node {
     /// Ends the node's current connection (if any) and every request it holds with
     /// `reason`, releases its pending bytes without a writability event, counts the failure,
     /// and moves the node to `Disconnected` with its backoff (or `AuthFailed`, or `Closed`).
+    /// A final `reason` ([`CloseReason::is_final`]) backs off for `final_failure_backoff`
+    /// instead, and is remembered so that submits fail fast meanwhile.
     /// `tell_adapter` emits [`Action::Close`] (not needed when the adapter reported the close).
     pub(crate) fn close(&mut self, sink: &mut Sink<'_>, reason: CloseReason, tell_adapter: bool) {
         let prev = self.state;
         let conn = self.conn.take();
+        Self::forget_heartbeat(sink, conn);
         let had_requests = self.requests > 0;
         self.stop_connection_timers();
         self.want_connection = false;
@@ -220,12 +225,21 @@ impl Node {
             return;
         }
         let Some(conn) = conn else { return };
-        let delay = sink
-            .config
-            .reconnect_backoff()
-            .delay(self.disconnects, draw);
+        let delay = if reason.is_final() {
+            sink.config.final_backoff().delay(0, draw)
+        } else {
+            sink.config
+                .reconnect_backoff()
+                .delay(self.disconnects, draw)
+        };
         self.disconnects = self.disconnects.saturating_add(1);
         let reconnect_at = sink.now + delay;
+        if reason.is_final() {
+            self.final_failure = Some(FinalFailure {
+                reason,
+                until: reconnect_at,
+            });
+        }
         self.apply(
             sink,
             Input::Lost {
@@ -249,6 +263,7 @@ impl Node {
             NodeTimer::WriteTimeout,
             NodeTimer::Idle,
             NodeTimer::Frame,
+            NodeTimer::Heartbeat,
         ] {
             self.timers.stop(timer);
         }
@@ -259,14 +274,12 @@ impl Node {
     /// of which not one byte was handed out goes to the pool for one more try instead.
     fn fail_all(&mut self, sink: &mut Sink<'_>, reason: CloseReason) {
         let outcome = Outcome::ConnectionLost(reason);
-        // A refused authentication or certificate is final: retrying elsewhere would only
-        // meet the same refusal, so its requests end at once.
+        // A final failure (refused authentication or certificate, a name that does not exist)
+        // ends its requests at once: retrying would only meet the same refusal.
         let retry = sink.config.retry_unsent
             && !sink.shut_down
-            && !matches!(
-                reason,
-                CloseReason::NodeRemoved | CloseReason::Shutdown | CloseReason::AuthFailed
-            );
+            && !reason.is_final()
+            && !matches!(reason, CloseReason::NodeRemoved | CloseReason::Shutdown);
         sink.total_pending.release(self.outbound.pending());
         let frames: Vec<Frame> = self.outbound.drain().collect();
         for frame in frames {
@@ -304,7 +317,7 @@ impl Node {
     /// to nor reconnects the evicted handle: it is stale at once.
     pub(crate) fn evict(&mut self, sink: &mut Sink<'_>, reason: EvictReason) {
         let Some(conn) = self.conn_id() else { return };
-        self.conn = None;
+        Self::forget_heartbeat(sink, self.conn.take());
         self.want_connection = false;
         self.stop_connection_timers();
         sink.counters.evictions += 1;

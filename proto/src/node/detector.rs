@@ -61,6 +61,9 @@ impl Node {
                 self.readmit(sink, Readmission::GaveUp);
             }
         } else if sink.shut_down {
+        } else if let Some(last) = self.final_failure(sink.now) {
+            // A final failure's backoff holds probes off too: they would meet the same refusal.
+            self.arm(sink, NodeTimer::Probe, last.until);
         } else if self.conn.is_none() {
             sink.counters.probes += 1;
             self.open(sink, true);

@@ -65,6 +65,7 @@ impl Node {
             stage: Stage::Queued { seq: 0 },
             retried: false,
             pinned,
+            heartbeat: false,
             ended: false,
         });
         debug_assert_eq!(inserted, id);

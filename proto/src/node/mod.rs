@@ -22,7 +22,8 @@ use crate::config::Config;
 use crate::counters::Counters;
 use bytes::Bytes;
 
-use crate::event::{Action, Event, NodeState, Outcome};
+use crate::endpoint::Endpoint;
+use crate::event::{Action, CloseReason, Event, NodeState, Outcome};
 use crate::ids::{ConnId, NodeId, RequestId};
 use crate::outbound::{ByteCount, Outbound};
 use crate::requests::Requests;
@@ -32,6 +33,7 @@ use crate::timers::{NodeTimer, TimerHeap, TimerKey, TimerTable};
 
 mod conn;
 mod detector;
+mod heartbeat;
 mod io;
 pub(crate) mod table;
 
@@ -113,6 +115,8 @@ pub(crate) struct Conn {
     pub(crate) blocked: bool,
     /// Since when a partly received response has been arriving (the frame timeout).
     pub(crate) partial_since: Option<Instant>,
+    /// The outstanding heartbeat, if any (its request is in the pool's table, flagged as one).
+    pub(crate) heartbeat: Option<RequestId>,
 }
 
 /// Whether the application and the failure detector let the node take requests.
@@ -132,10 +136,23 @@ pub(crate) struct Quarantine {
     pub(crate) exhausted: bool,
 }
 
+/// The last connect failed for a final reason: the node backs off until `until`, and submits
+/// to it fail at once meanwhile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FinalFailure {
+    pub(crate) reason: CloseReason,
+    pub(crate) until: Instant,
+}
+
 #[derive(Debug)]
 pub(crate) struct Node {
     id: NodeId,
-    addr: SocketAddr,
+    endpoint: Endpoint,
+    /// The address the adapter last reported reaching (`handle_connected_to`).
+    reached: Option<SocketAddr>,
+    /// The last final connect failure, kept until the node next reaches `Ready`, is readmitted
+    /// or re-enabled, or its epoch changes.
+    final_failure: Option<FinalFailure>,
     /// Written only by [`Node::apply`].
     state: NodeState,
     conn: Option<Conn>,
@@ -169,10 +186,12 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    pub(crate) fn new(id: NodeId, addr: SocketAddr) -> Self {
+    pub(crate) fn new(id: NodeId, endpoint: Endpoint) -> Self {
         Self {
             id,
-            addr,
+            endpoint,
+            reached: None,
+            final_failure: None,
             state: NodeState::Disconnected {
                 reconnect_at: Instant::ZERO,
             },
@@ -205,8 +224,23 @@ impl Node {
         self.id
     }
 
-    pub(crate) fn addr(&self) -> SocketAddr {
-        self.addr
+    pub(crate) fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// The address: an `Addr` node's own, a `Name` node's last reached.
+    pub(crate) fn addr(&self) -> Option<SocketAddr> {
+        match self.endpoint {
+            Endpoint::Addr(addr) => Some(addr),
+            _ => self.reached,
+        }
+    }
+
+    /// The final failure whose backoff is still running at `now`, if any: the node has no
+    /// connection and may not open one before the backoff ends.
+    pub(crate) fn final_failure(&self, now: Instant) -> Option<FinalFailure> {
+        self.final_failure
+            .filter(|f| now < f.until && self.conn.is_none())
     }
 
     pub(crate) fn state(&self) -> NodeState {
@@ -313,9 +347,19 @@ impl Node {
         self.admission.enabled = false;
     }
 
-    /// The application put the node back: whether it had left (and must be evicted).
+    /// The application put the node back: whether it had left (and must be evicted). A node
+    /// that had left forgets its last final failure (its backoff still runs).
     pub(crate) fn enable(&mut self) -> bool {
-        !core::mem::replace(&mut self.admission.enabled, true)
+        let had_left = !core::mem::replace(&mut self.admission.enabled, true);
+        if had_left {
+            self.final_failure = None;
+        }
+        had_left
+    }
+
+    /// The adapter reported the address a connection reached.
+    pub(crate) fn reached(&mut self, peer: SocketAddr) {
+        self.reached = Some(peer);
     }
 
     /// A new restart epoch: whether it changed. A new server process starts with a clean
@@ -325,10 +369,14 @@ impl Node {
             return false;
         }
         self.epoch = epoch;
+        self.final_failure = None;
         self.setup_failures = 0;
         self.disconnects = 0;
         self.failed_attempts = 0;
-        if matches!(self.state, NodeState::Disconnected { .. }) {
+        if matches!(
+            self.state,
+            NodeState::Disconnected { .. } | NodeState::AuthFailed { .. }
+        ) {
             self.apply(sink, Input::BackoffReset { at: sink.now });
         }
         true
@@ -360,6 +408,7 @@ impl Node {
             NodeTimer::Probe => self.probe_due(sink),
             NodeTimer::Idle => self.idle_expired(sink),
             NodeTimer::Frame => self.frame_timed_out(sink),
+            NodeTimer::Heartbeat => self.heartbeat_due(sink),
         }
     }
 }

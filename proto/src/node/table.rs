@@ -12,8 +12,9 @@
 //!        │  │                                  Closing
 //!        │  │
 //!        │  └── Lost(reason) / Evicted, from Connecting, Handshaking, Ready or Closing
-//!        │      (`Lost(AuthFailed)` goes to AuthFailed instead)
-//!        └───── BackoffReset (an epoch change): reconnect_at moves to now, if later
+//!        │      (`Lost(AuthFailed | CertificateRejected)` goes to AuthFailed instead)
+//!        └───── BackoffReset (an epoch change): reconnect_at moves to now, if later (in
+//!               Disconnected or AuthFailed)
 //!
 //!   Retire (node removed, pool shut down): every state but Closed ──► Closed (terminal)
 //! ```
@@ -77,7 +78,10 @@ pub(crate) fn transition(from: NodeState, input: Input) -> Result<(NodeState, Re
                 reconnect_at,
             },
         ) if open => {
-            let to = if reason == CloseReason::AuthFailed {
+            let to = if matches!(
+                reason,
+                CloseReason::AuthFailed | CloseReason::CertificateRejected
+            ) {
                 S::AuthFailed { reconnect_at }
             } else {
                 S::Disconnected { reconnect_at }
@@ -90,6 +94,12 @@ pub(crate) fn transition(from: NodeState, input: Input) -> Result<(NodeState, Re
         ),
         (S::Disconnected { reconnect_at }, Input::BackoffReset { at }) => (
             S::Disconnected {
+                reconnect_at: reconnect_at.min(at),
+            },
+            Reason::BackoffReset,
+        ),
+        (S::AuthFailed { reconnect_at }, Input::BackoffReset { at }) => (
+            S::AuthFailed {
                 reconnect_at: reconnect_at.min(at),
             },
             Reason::BackoffReset,
@@ -172,6 +182,34 @@ mod tests {
                 Reason::Closed(CloseReason::AuthFailed)
             ))
         );
+    }
+
+    #[test]
+    fn a_rejected_certificate_is_an_auth_failure_state_too() {
+        let lost = Input::Lost {
+            reason: CloseReason::CertificateRejected,
+            reconnect_at: T,
+        };
+        assert_eq!(
+            transition(NodeState::Handshaking, lost),
+            Ok((
+                NodeState::AuthFailed { reconnect_at: T },
+                Reason::Closed(CloseReason::CertificateRejected)
+            ))
+        );
+    }
+
+    #[test]
+    fn a_backoff_reset_cuts_an_auth_failure_backoff_short_too() {
+        let later = Instant::from_secs(9);
+        let (to, _) = transition(
+            NodeState::AuthFailed {
+                reconnect_at: later,
+            },
+            Input::BackoffReset { at: T },
+        )
+        .unwrap();
+        assert_eq!(to, NodeState::AuthFailed { reconnect_at: T });
     }
 
     #[test]

@@ -9,9 +9,10 @@ use bytes::Bytes;
 
 use crate::config::{Config, ConfigError};
 use crate::counters::Counters;
+use crate::endpoint::Endpoint;
 use crate::event::{
-    Action, CloseReason, Event, EvictReason, Failure, HandleError, NodeState, Outcome, Readmission,
-    SubmitError, Violation,
+    Action, CloseReason, Event, EvictReason, Failure, HandleError, HandshakeFailure, NodeState,
+    Outcome, Readmission, SubmitError, Violation,
 };
 use crate::ids::{ConnId, NodeId, RequestId};
 use crate::node::{Census, Node, Retry};
@@ -52,7 +53,7 @@ pub enum Target {
 ///
 /// let mut now = Instant::ZERO;
 /// let mut pool = Pool::new(Config::default(), now).unwrap();
-/// pool.add_node(now, "127.0.0.1:9000".parse().unwrap());
+/// pool.add_node(now, "127.0.0.1:9000".parse::<core::net::SocketAddr>().unwrap());
 /// let frame = Bytes::from_static(b"ping");
 /// let req = pool.submit(now, Target::Best, now + Duration::from_secs(1), frame).unwrap();
 /// let mut bufs = Vec::new();
@@ -169,9 +170,11 @@ impl Pool {
     // ---------------------------------------------------------------------------------------
     // Commands from the application.
 
-    /// Adds a node, enabled, with restart epoch 0. No connection is opened until a request or
-    /// [`connect`](Self::connect) needs one.
-    pub fn add_node(&mut self, now: Instant, addr: SocketAddr) -> NodeId {
+    /// Adds a node, enabled, with restart epoch 0: a [`SocketAddr`], or an [`Endpoint`] (a
+    /// name is resolved by the adapter on every connect attempt). No connection is opened
+    /// until a request or [`connect`](Self::connect) needs one.
+    pub fn add_node(&mut self, now: Instant, endpoint: impl Into<Endpoint>) -> NodeId {
+        let endpoint = endpoint.into();
         let now = self.clock.advance(now);
         let index = match self.free_nodes.pop() {
             Some(index) => index,
@@ -188,7 +191,7 @@ impl Pool {
             index,
             generation: slot.generation,
         };
-        let node = Node::new(id, addr);
+        let node = Node::new(id, endpoint);
         self.census.add(node.census());
         self.index
             .place(index, node.placement(now, self.config.selection));
@@ -309,13 +312,34 @@ impl Pool {
         Ok(id)
     }
 
+    /// Hands over the ping frame for the heartbeat `id` that an [`Action::Heartbeat`] asked
+    /// for: it is queued on that connection like any frame (write timeout, watermarks, its
+    /// place in an in-order protocol's response order). Refused, changing nothing, when `id`
+    /// is not an outstanding heartbeat (its connection closed meanwhile:
+    /// [`HandleError::UnknownRequest`]) or its frame was already handed over
+    /// ([`HandleError::WrongState`]).
+    pub fn submit_heartbeat(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        frame: Bytes,
+    ) -> Result<(), HandleError> {
+        let node = self
+            .requests
+            .get(id)
+            .filter(|r| r.heartbeat && !r.ended)
+            .ok_or(HandleError::UnknownRequest)?
+            .node;
+        self.command(now, node, |n, sink| n.submit_heartbeat(sink, id, frame))?
+    }
+
     /// Cancels a request. A queued one is dropped unsent; one already (partly) written ends
     /// now, and its late response is ignored. Ends with [`Outcome::Cancelled`].
     pub fn cancel(&mut self, now: Instant, id: RequestId) -> Result<(), HandleError> {
         let node = self
             .requests
             .get(id)
-            .filter(|r| !r.ended)
+            .filter(|r| !r.ended && !r.heartbeat)
             .ok_or(HandleError::UnknownRequest)?
             .node;
         self.command(now, node, |n, sink| {
@@ -346,7 +370,8 @@ impl Pool {
     // Reports from the adapter. A report about a stale or unknown handle returns an error and
     // changes nothing.
 
-    /// The TCP connect of `conn` completed.
+    /// The TCP connect of `conn` completed. For a node added by name, prefer
+    /// [`handle_connected_to`](Self::handle_connected_to), which says where.
     pub fn handle_connected(&mut self, now: Instant, conn: ConnId) -> Result<(), HandleError> {
         self.report(
             now,
@@ -359,7 +384,30 @@ impl Pool {
         )
     }
 
-    /// The TCP connect of `conn` failed.
+    /// The TCP connect of `conn` completed, to `peer`: the address a name resolved to (see
+    /// [`node_addr`](Self::node_addr)). Otherwise as [`handle_connected`](Self::handle_connected).
+    pub fn handle_connected_to(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        peer: SocketAddr,
+    ) -> Result<(), HandleError> {
+        self.report(
+            now,
+            conn,
+            |s| s == NodeState::Connecting,
+            |n, sink| {
+                n.reached(peer);
+                n.connected(sink);
+                Ok(())
+            },
+        )
+    }
+
+    /// The connect of `conn` failed: the TCP connect, or resolving the node's name
+    /// ([`Failure::NameNotFound`], final; [`Failure::ResolveFailed`], retryable). A final
+    /// failure ([`CloseReason::is_final`]) ends the requests waiting on the node at once and
+    /// backs the node off for [`Config::final_failure_backoff`].
     pub fn handle_connect_failed(
         &mut self,
         now: Instant,
@@ -390,18 +438,20 @@ impl Pool {
         )
     }
 
-    /// The application handshake on `conn` failed; `auth` if it was refused authentication
-    /// (the node enters `AuthFailed`). proto closes the connection.
+    /// The application handshake on `conn` failed, and how. proto closes the connection.
+    /// [`HandshakeFailure::AuthRefused`] and [`HandshakeFailure::CertificateRejected`] are
+    /// final: the node enters `AuthFailed`, the requests waiting on it end at once and it backs
+    /// off for [`Config::final_failure_backoff`].
     pub fn handle_handshake_failed(
         &mut self,
         now: Instant,
         conn: ConnId,
-        auth: bool,
+        failure: HandshakeFailure,
     ) -> Result<(), HandleError> {
-        let reason = if auth {
-            CloseReason::AuthFailed
-        } else {
-            CloseReason::HandshakeFailed
+        let reason = match failure {
+            HandshakeFailure::AuthRefused => CloseReason::AuthFailed,
+            HandshakeFailure::CertificateRejected => CloseReason::CertificateRejected,
+            HandshakeFailure::Failed => CloseReason::HandshakeFailed,
         };
         self.report(
             now,
@@ -620,9 +670,16 @@ impl Pool {
         self.node(node).ok().map(Node::state)
     }
 
-    /// The node's address.
+    /// Where the node is, as it was added.
+    pub fn node_endpoint(&self, node: NodeId) -> Option<&Endpoint> {
+        self.node(node).ok().map(Node::endpoint)
+    }
+
+    /// The node's address: an [`Endpoint::Addr`] node's own; for an [`Endpoint::Name`] node,
+    /// the address the adapter last reported reaching
+    /// ([`handle_connected_to`](Self::handle_connected_to)), `None` before the first.
     pub fn node_addr(&self, node: NodeId) -> Option<SocketAddr> {
-        self.node(node).ok().map(Node::addr)
+        self.node(node).ok().and_then(Node::addr)
     }
 
     /// The node's current connection, from `Connecting` to `Closing`.

@@ -4,7 +4,7 @@
 use core::time::Duration;
 
 use super::{Pool, Target};
-use crate::event::{Event, HandleError, NodeState, Sent, SubmitError, Unavailable};
+use crate::event::{CloseReason, Event, HandleError, NodeState, Sent, SubmitError, Unavailable};
 use crate::ids::{ConnId, NodeId};
 use crate::node::{Node, Retry, Sink};
 use crate::select::{SelectIndex, Selection};
@@ -258,6 +258,10 @@ impl Pool {
                 if !a.enabled {
                     return Err(SubmitError::NodeUnavailable(Unavailable::Disabled));
                 }
+                if let Some(last) = n.final_failure(now) {
+                    let reason = Unavailable::Failed(last.reason);
+                    return Err(SubmitError::NodeUnavailable(reason));
+                }
                 if a.quarantine.is_some() && !self.panic {
                     return Err(SubmitError::NodeUnavailable(Unavailable::Quarantined));
                 }
@@ -271,7 +275,12 @@ impl Pool {
             }
             Target::Best => match self.pick(now) {
                 Selection::Ready(id) | Selection::Connecting(id) | Selection::Connect(id) => id,
-                Selection::None { all_full } => return Err(SubmitError::NoNode { all_full }),
+                Selection::None { all_full } => {
+                    return Err(match self.every_node_failed(now) {
+                        Some(reason) => SubmitError::NodeUnavailable(Unavailable::Failed(reason)),
+                        None => SubmitError::NoNode { all_full },
+                    });
+                }
             },
         };
         let n = self.node(node).map_err(|_| SubmitError::StaleHandle)?;
@@ -288,6 +297,18 @@ impl Pool {
                 Err(e)
             }
         }
+    }
+
+    /// When every admitted node (enabled, not closed) is in a final failure's backoff: the
+    /// first one's reason, in slot order. Only asked when selection found no node, and stops
+    /// at the first node that is not.
+    fn every_node_failed(&self, now: Instant) -> Option<CloseReason> {
+        let mut first = None;
+        for n in self.live_nodes().filter(|n| n.census().admitted > 0) {
+            let last = n.final_failure(now)?;
+            first.get_or_insert(last.reason);
+        }
+        first
     }
 
     /// Whether the node can queue a frame costing `cost` now: writable, under its in-flight

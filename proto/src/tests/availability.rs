@@ -490,7 +490,9 @@ fn a_refused_authentication_is_final_and_its_requests_are_not_retried() {
     let id = h.submit(a, 10, secs(5));
     let (conn, _) = h.expect_open();
     h.pool.handle_connected(h.now, conn).unwrap();
-    h.pool.handle_handshake_failed(h.now, conn, true).unwrap();
+    h.pool
+        .handle_handshake_failed(h.now, conn, crate::HandshakeFailure::AuthRefused)
+        .unwrap();
     h.collect();
     assert_eq!(
         sent_of(&h, id),

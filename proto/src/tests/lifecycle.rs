@@ -147,7 +147,9 @@ fn reconnect_backoff_grows_50_to_1000_ms_and_resets_only_on_ready() {
     // Getting further than connecting (a failed handshake) does not reset the backoff...
     let (conn, _) = h.open(node);
     h.pool.handle_connected(h.now, conn).unwrap();
-    h.pool.handle_handshake_failed(h.now, conn, false).unwrap();
+    h.pool
+        .handle_handshake_failed(h.now, conn, crate::HandshakeFailure::Failed)
+        .unwrap();
     assert_eq!(h.reconnect_at(node) - h.now, ms(1000));
 
     // ...reaching Ready does.
@@ -185,11 +187,13 @@ fn auth_failure_is_its_own_state_with_backoff() {
     h.pool.connect(h.now, node).unwrap();
     let (conn, _) = h.expect_open();
     h.pool.handle_connected(h.now, conn).unwrap();
-    h.pool.handle_handshake_failed(h.now, conn, true).unwrap();
+    h.pool
+        .handle_handshake_failed(h.now, conn, crate::HandshakeFailure::AuthRefused)
+        .unwrap();
     assert_eq!(
         h.pool.node_state(node),
         Some(NodeState::AuthFailed {
-            reconnect_at: h.now + ms(50)
+            reconnect_at: h.now + secs(30) // final_failure_backoff, not the reconnect backoff
         })
     );
     assert!(h.take_actions().contains(&Action::Close {

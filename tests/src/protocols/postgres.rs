@@ -556,7 +556,7 @@ fn parse_data_row(
 /// use keepwire_tests::protocols::postgres::{Postgres, Response, Startup};
 ///
 /// let client = ClientBuilder::new(Config::default())
-///     .node("127.0.0.1:5432".parse()?)
+///     .node("127.0.0.1:5432".parse::<std::net::SocketAddr>()?)
 ///     .codec(Postgres::new())
 ///     .handshake(Startup::new("app", "appdb").password("secret"))
 ///     .build(runtime)?;

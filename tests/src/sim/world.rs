@@ -271,7 +271,9 @@ impl World {
         let mut pool = Pool::new(config, now).expect("a valid config");
         let nodes: Vec<NodeId> = (0..servers.len())
             .map(|i| {
-                let addr = format!("10.0.0.1:{}", 9000 + i).parse().expect("address");
+                let addr = format!("10.0.0.1:{}", 9000 + i)
+                    .parse::<std::net::SocketAddr>()
+                    .expect("address");
                 pool.add_node(now, addr)
             })
             .collect();

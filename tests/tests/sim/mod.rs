@@ -89,7 +89,14 @@ impl World {
         let now = Instant::ZERO;
         let mut pool = Pool::new(config, now).expect("valid config");
         let nodes = (0..peers.len())
-            .map(|i| pool.add_node(now, format!("127.0.0.1:{}", 9000 + i).parse().unwrap()))
+            .map(|i| {
+                pool.add_node(
+                    now,
+                    format!("127.0.0.1:{}", 9000 + i)
+                        .parse::<std::net::SocketAddr>()
+                        .unwrap(),
+                )
+            })
             .collect();
         let delivered = vec![Vec::new(); peers.len()];
         Self {

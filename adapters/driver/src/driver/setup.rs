@@ -8,7 +8,6 @@
 //!
 //! [`Action::Open`]: keepwire_proto::Action::Open
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -154,8 +153,7 @@ impl Driver {
         let mut moved = false;
         for i in 0..self.conn_ids.len() {
             let conn = self.conn_ids[i];
-            let Some(Conn::Connecting(_) | Conn::Handshaking { .. }) = self.conns.get(&conn)
-            else {
+            let Some(Conn::Connecting(_) | Conn::Handshaking { .. }) = self.conns.get(&conn) else {
                 continue;
             };
             let Some(entry) = self.conns.remove(&conn) else {
