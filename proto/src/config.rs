@@ -571,6 +571,8 @@ mod tests {
         assert!(!c.retry_unsent);
         assert_eq!(c.frame_timeout, Duration::from_secs(10));
         assert_eq!(c.seed, None);
+        assert_eq!(c.final_failure_backoff, Duration::from_secs(30));
+        assert_eq!(c.heartbeat, None);
     }
 
     fn rejects(change: impl FnOnce(&mut Config)) -> ConfigError {
@@ -582,7 +584,7 @@ mod tests {
     #[test]
     fn every_rule_is_checked_and_named() {
         type Case = (fn(&mut Config), &'static str);
-        let cases: [Case; 20] = [
+        let cases: [Case; 25] = [
             (
                 |c| c.setup_timeout = Duration::ZERO,
                 "setup_timeout must be greater than zero",
@@ -667,6 +669,36 @@ mod tests {
             (
                 |c| c.write_timeout = MAX_DURATION + Duration::from_secs(1),
                 "write_timeout (31536001s) is too long",
+            ),
+            (
+                |c| c.final_failure_backoff = Duration::ZERO,
+                "final_failure_backoff must be greater than zero",
+            ),
+            (
+                |c| c.final_failure_backoff = Duration::from_millis(10),
+                "final_failure_backoff (10ms) must be at least reconnect_backoff (50ms)",
+            ),
+            (
+                |c| c.final_failure_backoff = MAX_DURATION + Duration::from_secs(1),
+                "final_failure_backoff (31536001s) is too long",
+            ),
+            (
+                |c| {
+                    c.heartbeat = Some(Heartbeat {
+                        interval: Duration::ZERO,
+                        timeout: Duration::from_secs(1),
+                    })
+                },
+                "heartbeat.interval must be greater than zero",
+            ),
+            (
+                |c| {
+                    c.heartbeat = Some(Heartbeat {
+                        interval: Duration::from_secs(1),
+                        timeout: Duration::ZERO,
+                    })
+                },
+                "heartbeat.timeout must be greater than zero",
             ),
         ];
         for (change, message) in cases {

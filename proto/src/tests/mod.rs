@@ -2,9 +2,11 @@
 //! adapter's part on request, and collects what the pool emits.
 
 mod availability;
+mod final_failures;
 mod in_order;
 mod lazy;
 mod lifecycle;
+mod names;
 mod pool;
 mod props;
 mod select_index;
