@@ -114,7 +114,7 @@
 //! | WARN | write timeout; heartbeat timeout; the peer broke the protocol; authentication failed; certificate rejected; the node's name does not exist; not writable (above the high watermark); node quarantined; panic mode entered; socket options not applied; handshake failed |
 //! | INFO | connection failed (refused, reset, setup timeout, ...); probe of a quarantined node; node readmitted; writable again; connection evicted; panic mode over |
 //! | DEBUG | connecting (a reconnect too), handshaking, ready, connection closed for a reason that is no failure (idle, evicted, removed, shutdown); node added or removed |
-//! | TRACE | a connection opened with its setup deadline; each request's end |
+//! | TRACE | a connection opened with its setup deadline; a heartbeat ping; each request's end |
 //!
 //! A state change carries `from`, `to` and `reason` (printed as keepwire-proto prints them),
 //! `state` (`disconnected`, `connecting`, `ready`, ...) and `kind`, a stable name for its

@@ -300,6 +300,11 @@ mod trace {
         }
 
         pub(super) fn action(&mut self, action: &Action) {
+            if let Action::Heartbeat { conn, id } = action {
+                let span = self.conn_span(conn.node(), Some(*conn));
+                tracing::trace!(target: "keepwire", parent: span, request = ?id, "heartbeat ping");
+                return;
+            }
             let Action::Open { conn, deadline, .. } = action else {
                 return;
             };
