@@ -49,4 +49,9 @@ pub struct Counters {
     pub transparent_retries: u64,
     /// Times the pool entered panic mode (quarantine ignored).
     pub panics: u64,
+    /// Heartbeats started on idle connections (an
+    /// [`Action::Heartbeat`](crate::Action::Heartbeat) emitted).
+    pub heartbeats_sent: u64,
+    /// Connections closed because a heartbeat missed its deadline.
+    pub heartbeat_timeouts: u64,
 }

@@ -17,7 +17,11 @@
 //! - state-change events chain (each `from` is the previous `to`), panic-mode events
 //!   alternate and match the pool, a cancelled request ends `Cancelled`, a stale node handle
 //!   is refused and changes nothing, a hard shutdown ends every request at once;
-//! - after `handle_timeout(now)`, nothing is due at or before `now`.
+//! - after `handle_timeout(now)`, nothing is due at or before `now`;
+//! - a heartbeat never ends with a `RequestDone`, its response (by id or in order) is
+//!   consumed, and an idle ready connection always has one due. The scripted adapter answers
+//!   most heartbeats' `Action::Heartbeat` with a ping frame and ignores the rest, as an adapter
+//!   without a ping may.
 
 use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::format;
@@ -171,6 +175,21 @@ fn config(u: &mut Unstructured<'_>) -> arbitrary::Result<Config> {
         None
     };
     c.idle_timeout = Duration::from_millis(u.int_in_range(0..=500)?);
+    // Drawn from values already drawn, so that every corpus input keeps its meaning: a final
+    // failure's backoff within reach of the time steps, and heartbeats.
+    c.final_failure_backoff = c.reconnect_backoff_max * 4;
+    // Heartbeats on one seed in two; in half of those without the idle timeout, which would
+    // otherwise close most idle connections within the time step that asks for their ping.
+    let seed = c.seed.unwrap_or(0);
+    if seed % 2 == 0 {
+        c.heartbeat = Some(crate::Heartbeat {
+            interval: c.reconnect_backoff,
+            timeout: c.probe_backoff,
+        });
+        if seed % 4 == 0 {
+            c.idle_timeout = Duration::ZERO;
+        }
+    }
     Ok(c)
 }
 
@@ -203,6 +222,8 @@ struct Session {
     cancelled: Option<RequestId>,
     /// Each node's state, as its state-change events said.
     states: BTreeMap<NodeId, crate::NodeState>,
+    /// Heartbeats the pool asked for.
+    pings: BTreeSet<RequestId>,
 }
 
 /// What a peer received on one connection: frames are `id (8 bytes) | len (2) | filler`.
@@ -239,6 +260,7 @@ impl Session {
             removed: Vec::new(),
             cancelled: None,
             states: BTreeMap::new(),
+            pings: BTreeSet::new(),
         }
     }
 
@@ -429,15 +451,8 @@ impl Session {
             None => Target::Best,
         };
         let id = self.pool.next_request_id();
-        let mut frame = Vec::with_capacity(HEADER + usize::from(len % 512));
-        frame.extend_from_slice(&id.as_u64().to_be_bytes());
-        frame.extend_from_slice(&(len % 512).to_be_bytes());
-        frame.resize(HEADER + usize::from(len % 512), FILLER);
         let deadline = self.now + Duration::from_millis(u64::from(deadline_ms));
-        if let Ok(got) = self
-            .pool
-            .submit(self.now, target, deadline, Bytes::from(frame))
-        {
+        if let Ok(got) = self.pool.submit(self.now, target, deadline, frame(id, len)) {
             assert_eq!(got, id, "next_request_id predicts the id");
             assert!(
                 self.open.insert(id) && !self.ended.contains(&id),
@@ -488,7 +503,7 @@ impl Session {
             let id = RequestId::from_u64(u64::from_be_bytes(stream.buf[..8].try_into().unwrap()));
             if stream.arriving != Some(id) {
                 assert!(
-                    self.open.contains(&id) || self.ended.contains(&id),
+                    self.open.contains(&id) || self.ended.contains(&id) || self.pings.contains(&id),
                     "{conn:?}: a frame header names no request: the stream lost its alignment"
                 );
                 assert!(
@@ -646,7 +661,7 @@ impl Session {
         }
     }
 
-    /// Drains actions and events into the model.
+    /// Drains actions and events into the model. Three heartbeats in four get their ping.
     fn drain(&mut self) {
         while let Some(action) = self.pool.poll_action() {
             if let Action::Open { conn, .. } = action {
@@ -655,6 +670,23 @@ impl Session {
                     "connection handles are never reused"
                 );
                 self.conns.push(conn);
+            }
+            if let Action::Heartbeat { conn, id } = action {
+                assert!(self.pings.insert(id), "heartbeat {id:?} asked for twice");
+                assert!(!self.open.contains(&id) && !self.ended.contains(&id));
+                // Slot and generation mixed: a reused slot gives a fresh decision.
+                let raw = id.as_u64();
+                if (raw ^ (raw >> 32)) % 4 != 0 {
+                    // The same input may have closed its connection since (another timer).
+                    let current = self.pool.current_conn(conn.node()) == Some(conn);
+                    let result = self.pool.submit_heartbeat(self.now, id, frame(id, 0));
+                    let expected = if current {
+                        Ok(())
+                    } else {
+                        Err(crate::HandleError::UnknownRequest)
+                    };
+                    assert_eq!(result, expected, "the ping of {id:?} on {conn:?}");
+                }
             }
         }
         while let Some(event) = self.pool.poll_event() {
@@ -742,6 +774,16 @@ impl Session {
     }
 }
 
+/// A frame as the peers parse it: `id (8 bytes) | len (2) | len filler bytes`.
+fn frame(id: RequestId, len: u16) -> Bytes {
+    let len = len % 512;
+    let mut frame = Vec::with_capacity(HEADER + usize::from(len));
+    frame.extend_from_slice(&id.as_u64().to_be_bytes());
+    frame.extend_from_slice(&len.to_be_bytes());
+    frame.resize(HEADER + usize::from(len), FILLER);
+    Bytes::from(frame)
+}
+
 /// A socket failure (while connecting, a connect failure: a name that does not resolve is a
 /// final one).
 fn failure(kind: u8) -> Failure {
@@ -776,8 +818,15 @@ impl Pool {
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut held: BTreeMap<NodeId, usize> = BTreeMap::new();
         for (id, r) in self.requests().iter() {
-            if self.node(r.node).is_err() {
+            let Ok(node) = self.node(r.node) else {
                 return Err(format!("{id:?} belongs to a removed node"));
+            };
+            if r.heartbeat {
+                // Not one of the node's requests; held by its connection until it ends.
+                if node.outstanding_heartbeat() != Some(id) {
+                    return Err(format!("heartbeat {id:?} outlived its connection"));
+                }
+                continue;
             }
             *held.entry(r.node).or_default() += 1;
         }

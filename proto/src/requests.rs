@@ -15,6 +15,8 @@ pub(crate) enum Stage {
     Writing { seq: u64 },
     /// Fully written on connection generation `conn`; awaiting the response.
     Sent { conn: u32 },
+    /// A heartbeat whose frame the adapter has not handed over yet.
+    Reserved,
 }
 
 /// A live request. A request that has *ended* (its [`Event::RequestDone`] was emitted) may

@@ -134,9 +134,9 @@ impl Node {
         }
     }
 
-    /// Keeps the idle timer in step with the node's requests (armed from the moment a ready
-    /// connection holds none, stopped while it holds any), and closes a drained `Closing`
-    /// connection.
+    /// Keeps the idle and heartbeat timers in step with the node's requests (armed from the
+    /// moment a ready connection holds none, stopped while it holds any), and closes a drained
+    /// `Closing` connection.
     pub(crate) fn after_request_change(&mut self, sink: &mut Sink<'_>) {
         if self.state == NodeState::Closing && self.conn.is_some() {
             if self.drained(sink) {
@@ -150,6 +150,7 @@ impl Node {
         } else if self.timers.get(NodeTimer::Idle).is_none() {
             self.arm(sink, NodeTimer::Idle, sink.now.expiry_after(idle));
         }
+        self.rearm_heartbeat(sink);
     }
 
     /// Whether every request the node holds has ended (a request that timed out in flight may
@@ -166,6 +167,7 @@ impl Node {
     /// other node closes at once.
     pub(crate) fn shut_down_gracefully(&mut self, sink: &mut Sink<'_>) {
         if self.is_ready() && self.requests > 0 {
+            self.end_heartbeat(sink);
             self.apply(sink, Input::Drain);
             self.after_request_change(sink);
         } else if self.state != NodeState::Closing {
@@ -205,12 +207,17 @@ impl Node {
             }
         }
         // A failure is counted for quarantine when it happened before `Ready`, or cost requests,
-        // or the connection stalled or broke the protocol: a server closing an idle connection
-        // is not a failing server.
+        // or the connection stalled, missed a heartbeat or broke the protocol: a server closing
+        // an idle connection is not a failing server.
         let counts = reason.is_failure()
             && (!prev.is_established()
                 || had_requests
-                || matches!(reason, CloseReason::WriteTimeout | CloseReason::Protocol(_)));
+                || matches!(
+                    reason,
+                    CloseReason::WriteTimeout
+                        | CloseReason::HeartbeatTimeout
+                        | CloseReason::Protocol(_)
+                ));
         if counts {
             self.failures = self.failures.saturating_add(1);
         }

@@ -1,31 +1,140 @@
 //! Heartbeats on idle connections ([`Config::heartbeat`](crate::Config::heartbeat)): a ping
-//! on a ready connection idle for longer than the interval, with its own deadline.
+//! on a ready connection that has held no request for longer than the interval, with its own
+//! deadline.
+//!
+//! A heartbeat is a request in the pool's table, flagged as one and pinned to its connection
+//! ([`Conn::heartbeat`]), so its response is routed like any other: by id, or in order, keeping
+//! its place. It is never counted among the node's requests (so never against
+//! `max_in_flight`, selection's load, the idle timeout or a drain) and never ends with an
+//! [`Event::RequestDone`](crate::Event::RequestDone). One node timer,
+//! [`NodeTimer::Heartbeat`], holds the moment the next ping is due while none is outstanding,
+//! and the outstanding ping's deadline otherwise.
 
 use bytes::Bytes;
 
 use super::{Conn, Node, Sink};
-use crate::event::HandleError;
+use crate::event::{Action, CloseReason, HandleError};
 use crate::ids::RequestId;
+use crate::requests::{Request, Stage};
+use crate::timers::NodeTimer;
 
 impl Node {
+    /// Keeps the heartbeat timer in step (from `after_request_change`): armed `interval` after
+    /// a ready connection last held a request, stopped while it holds any, left alone while a
+    /// ping is outstanding (it holds the ping's deadline).
+    pub(super) fn rearm_heartbeat(&mut self, sink: &mut Sink<'_>) {
+        let Some(heartbeat) = sink.config.heartbeat else {
+            return;
+        };
+        if self.conn.is_none_or(|c| c.heartbeat.is_some()) {
+            return;
+        }
+        if !self.is_ready() || self.requests > 0 {
+            self.timers.stop(NodeTimer::Heartbeat);
+        } else if self.timers.get(NodeTimer::Heartbeat).is_none() {
+            let at = sink.now.expiry_after(heartbeat.interval);
+            self.arm(sink, NodeTimer::Heartbeat, at);
+        }
+    }
+
+    /// The heartbeat timer fired: an outstanding ping missed its deadline (the connection
+    /// closes as a failure), or an idle connection is due a ping.
+    pub(super) fn heartbeat_due(&mut self, sink: &mut Sink<'_>) {
+        let (Some(heartbeat), Some(conn)) = (sink.config.heartbeat, self.conn) else {
+            return;
+        };
+        if conn.heartbeat.is_some() {
+            sink.counters.heartbeat_timeouts += 1;
+            self.close(sink, CloseReason::HeartbeatTimeout, true);
+            return;
+        }
+        if !self.is_ready() || self.requests > 0 {
+            return;
+        }
+        let id = sink.requests.insert(Request {
+            node: self.id,
+            deadline: sink.now + heartbeat.timeout,
+            stage: Stage::Reserved,
+            retried: false,
+            pinned: true,
+            heartbeat: true,
+            ended: false,
+        });
+        if let Some(c) = self.conn.as_mut() {
+            c.heartbeat = Some(id);
+        }
+        sink.counters.heartbeats_sent += 1;
+        let at = sink.now.expiry_after(heartbeat.timeout);
+        self.arm(sink, NodeTimer::Heartbeat, at);
+        let conn = self.conn_handle(conn.generation);
+        sink.actions.push_back(Action::Heartbeat { conn, id });
+    }
+
+    /// The adapter handed over the ping frame of heartbeat `id` (the pool checked that it is
+    /// one of this node's, and live): queued like any frame.
+    pub(crate) fn submit_heartbeat(
+        &mut self,
+        sink: &mut Sink<'_>,
+        id: RequestId,
+        frame: Bytes,
+    ) -> Result<(), HandleError> {
+        if self.conn.and_then(|c| c.heartbeat) != Some(id) {
+            return Err(HandleError::UnknownRequest);
+        }
+        if sink.requests.get(id).map(|r| r.stage) != Some(Stage::Reserved) {
+            return Err(HandleError::WrongState);
+        }
+        let cost = (frame.len() as u64).saturating_add(sink.config.per_frame_overhead);
+        self.queue(sink, id, frame, cost);
+        Ok(())
+    }
+
+    /// The ping's response arrived: consumed, and the connection's idle clock restarts. An
+    /// answer proves the connection works, so the consecutive connection failures reset.
+    pub(super) fn heartbeat_answered(&mut self, sink: &mut Sink<'_>, id: RequestId) {
+        sink.requests.remove(id);
+        if let Some(c) = self.conn.as_mut().filter(|c| c.heartbeat == Some(id)) {
+            c.heartbeat = None;
+            self.timers.stop(NodeTimer::Heartbeat);
+        }
+        self.failures = 0;
+        self.after_request_change(sink);
+    }
+
+    /// A graceful shutdown began: the outstanding ping (if any) ends silently. Not yet written,
+    /// it is dropped; (partly) written, it keeps its place until its response is consumed or
+    /// the connection closes, but its deadline no longer closes anything.
+    pub(super) fn end_heartbeat(&mut self, sink: &mut Sink<'_>) {
+        let Some(id) = self.conn.and_then(|c| c.heartbeat) else {
+            return;
+        };
+        self.timers.stop(NodeTimer::Heartbeat);
+        let Some(stage) = sink.requests.get(id).map(|r| r.stage) else {
+            return;
+        };
+        match stage {
+            Stage::Reserved | Stage::Queued { .. } => {
+                if let Stage::Queued { seq } = stage {
+                    self.drop_unsent(sink, id, seq);
+                }
+                sink.requests.remove(id);
+                if let Some(c) = self.conn.as_mut() {
+                    c.heartbeat = None;
+                }
+            }
+            Stage::Writing { .. } | Stage::Sent { .. } => {
+                if let Some(r) = sink.requests.get_mut(id) {
+                    r.ended = true;
+                }
+            }
+        }
+    }
+
     /// A connection is going: its outstanding heartbeat ends silently, its slot freed (its
     /// frame, if queued, goes with the connection's other frames).
     pub(super) fn forget_heartbeat(sink: &mut Sink<'_>, conn: Option<Conn>) {
         if let Some(id) = conn.and_then(|c| c.heartbeat) {
             sink.requests.remove(id);
         }
-    }
-
-    /// The heartbeat timer fired.
-    pub(super) fn heartbeat_due(&mut self, _sink: &mut Sink<'_>) {}
-
-    /// The adapter handed over the ping frame of heartbeat `id`.
-    pub(crate) fn submit_heartbeat(
-        &mut self,
-        _sink: &mut Sink<'_>,
-        _id: RequestId,
-        _frame: Bytes,
-    ) -> Result<(), HandleError> {
-        Err(HandleError::UnknownRequest)
     }
 }

@@ -88,7 +88,9 @@ impl Node {
         self.queue(sink, id, frame, cost);
     }
 
-    fn queue(&mut self, sink: &mut Sink<'_>, id: RequestId, frame: Bytes, cost: u64) {
+    /// Puts the frame of `id` in the outbound queue. A heartbeat's frame is queued like any
+    /// other but not counted among the node's requests.
+    pub(super) fn queue(&mut self, sink: &mut Sink<'_>, id: RequestId, frame: Bytes, cost: u64) {
         let (seq, flip) = self.outbound.push(
             Frame {
                 id,
@@ -101,10 +103,16 @@ impl Node {
             },
             sink.config.high_watermark,
         );
-        if let Some(r) = sink.requests.get_mut(id) {
-            r.stage = Stage::Queued { seq };
+        let counted = match sink.requests.get_mut(id) {
+            Some(r) => {
+                r.stage = Stage::Queued { seq };
+                !r.heartbeat
+            }
+            None => true,
+        };
+        if counted {
+            self.requests += 1;
         }
-        self.requests += 1;
         sink.total_pending.add(cost);
         sink.writability(self.id, flip, self.outbound.pending());
         self.rearm_write_timer(sink);
@@ -116,7 +124,7 @@ impl Node {
     /// How much of the request's frame the kernel has accepted, from where it is.
     pub(super) fn sent(&self, stage: Stage) -> Sent {
         match stage {
-            Stage::Queued { .. } => Sent::Nothing,
+            Stage::Queued { .. } | Stage::Reserved => Sent::Nothing,
             Stage::Sent { .. } => Sent::Fully,
             Stage::Writing { seq } => match self.outbound.get(seq) {
                 Some(f) => f.sent(),
@@ -219,10 +227,10 @@ impl Node {
                     return false;
                 };
                 r.stage = Stage::Queued { seq };
-                let ended = r.ended;
+                let (ended, heartbeat) = (r.ended, r.heartbeat);
                 if ended {
                     requests.remove(id);
-                    freed += 1;
+                    freed += usize::from(!heartbeat);
                 }
                 ended
             });
@@ -309,7 +317,7 @@ impl Node {
             .map(|r| match r.stage {
                 Stage::Sent { conn: generation } => generation == conn.generation,
                 Stage::Writing { seq } => outbound.get(seq).is_some_and(|f| f.written > 0),
-                Stage::Queued { .. } => false,
+                Stage::Queued { .. } | Stage::Reserved => false,
             });
         if on_this_conn != Some(true) {
             sink.counters.protocol_violations += 1;
@@ -324,6 +332,10 @@ impl Node {
         let Some(r) = sink.requests.get(id) else {
             return Ok(());
         };
+        if r.heartbeat {
+            self.heartbeat_answered(sink, id);
+            return Ok(());
+        }
         let (ended, sent) = (r.ended, self.sent(r.stage));
         if ended {
             sink.counters.late_responses += 1;
@@ -376,7 +388,10 @@ impl Node {
             self.close(sink, CloseReason::Protocol(violation), true);
             return Err(HandleError::UnknownRequest);
         };
-        let live = sink.requests.get(id).is_some_and(|r| !r.ended);
+        let live = sink
+            .requests
+            .get(id)
+            .is_some_and(|r| !r.ended && !r.heartbeat);
         self.response(sink, conn, id, payload)?;
         Ok(live.then_some(id))
     }
@@ -422,7 +437,7 @@ impl Node {
     }
 
     /// Drops the still untouched frame `seq` of `id` unsent.
-    fn drop_unsent(&mut self, sink: &mut Sink<'_>, id: RequestId, seq: u64) {
+    pub(super) fn drop_unsent(&mut self, sink: &mut Sink<'_>, id: RequestId, seq: u64) {
         let cost = self
             .outbound
             .get(seq)
@@ -446,7 +461,7 @@ impl Node {
             if let Some(r) = requests.get_mut(id) {
                 match &mut r.stage {
                     Stage::Queued { seq } | Stage::Writing { seq } => *seq = new_seq,
-                    Stage::Sent { .. } => {}
+                    Stage::Sent { .. } | Stage::Reserved => {}
                 }
             }
         });

@@ -456,6 +456,21 @@ impl Node {
         if self.conn.is_some_and(|c| c.scheduled && c.blocked) {
             return Err(format!("{:?}: scheduled while blocked", self.id));
         }
+        // An idle ready connection always has a heartbeat due, and an outstanding ping always
+        // has its deadline: an adapter that only sleeps until `poll_timeout` sees both.
+        let idle = self.requests == 0 || self.outstanding_heartbeat().is_some();
+        if config.heartbeat.is_some()
+            && self.state == NodeState::Ready
+            && idle
+            && self.timers.get(NodeTimer::Heartbeat).is_none()
+        {
+            return Err(format!("{:?}: idle and ready, no heartbeat timer", self.id));
+        }
         Ok(())
+    }
+
+    /// The connection's outstanding heartbeat.
+    pub(crate) fn outstanding_heartbeat(&self) -> Option<RequestId> {
+        self.conn.and_then(|c| c.heartbeat)
     }
 }

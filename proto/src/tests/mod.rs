@@ -3,6 +3,7 @@
 
 mod availability;
 mod final_failures;
+mod heartbeat;
 mod in_order;
 mod lazy;
 mod lifecycle;

@@ -35,6 +35,8 @@ fn long_sessions_keep_every_invariant() {
         reached.transparent_retries += c.transparent_retries;
         reached.panics += c.panics;
         reached.protocol_violations += c.protocol_violations;
+        reached.heartbeats_sent += c.heartbeats_sent;
+        reached.heartbeat_timeouts += c.heartbeat_timeouts;
     }
     // The sessions must reach every mechanism, or the checks above prove little.
     std::println!("{reached:?}");
@@ -42,4 +44,5 @@ fn long_sessions_keep_every_invariant() {
     assert!(reached.quarantines > 0 && reached.readmissions > 0 && reached.setup_timeouts > 0);
     assert!(reached.queued_deadline_drops > 0 && reached.unwritable_rejections > 0);
     assert!(reached.transparent_retries > 0 && reached.panics > 0);
+    assert!(reached.heartbeats_sent > 0 && reached.heartbeat_timeouts > 0);
 }
