@@ -616,6 +616,8 @@ mod meter {
         late_responses: "Responses to requests that had already ended (consumed and dropped).",
         transparent_retries: "Requests queued once more, nothing sent, after their connection failed or was evicted.",
         panics: "Times the pool entered panic mode (quarantine ignored).",
+        heartbeats_sent: "Heartbeat pings asked for on idle connections.",
+        heartbeat_timeouts: "Connections closed because a heartbeat ping got no answer in time.",
     }
 
     fn describe() {
