@@ -337,15 +337,15 @@ async fn postgres_pings_keep_the_session(runtime: Arc<dyn Runtime>) {
                 Duration::from_secs(1),
             );
             let pid = value(&client, "SELECT pg_backend_pid()").await;
-        query(&client, "BEGIN").await.into_result().unwrap();
-        let started = value(&client, "SELECT now()::text").await;
-        sleep(&*runtime, Duration::from_millis(600)).await;
-        assert_eq!(
-            value(&client, "SELECT now()::text").await,
-            started,
-            "still in the transaction the pings found (now() is its start)"
-        );
-        query(&client, "COMMIT").await.into_result().unwrap();
+            query(&client, "BEGIN").await.into_result().unwrap();
+            let started = value(&client, "SELECT now()::text").await;
+            sleep(&*runtime, Duration::from_millis(600)).await;
+            assert_eq!(
+                value(&client, "SELECT now()::text").await,
+                started,
+                "still in the transaction the pings found (now() is its start)"
+            );
+            query(&client, "COMMIT").await.into_result().unwrap();
             sleep(&*runtime, Duration::from_millis(300)).await;
             assert_eq!(value(&client, "SELECT pg_backend_pid()").await, pid);
             let counters = client.counters().await.unwrap();
