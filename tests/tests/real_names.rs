@@ -338,23 +338,22 @@ async fn a_failed_lookup_is_retryable(runtime: Arc<dyn Runtime>) {
 }
 
 /// Without a resolver of its own the client uses its runtime's (std's resolver on the
-/// runtime's blocking pool): `localhost` comes from the hosts file.
+/// runtime's blocking pool): `localhost` comes from the hosts file. The node is added to the
+/// running client by name.
 async fn the_runtimes_resolver_reads_the_hosts_file(runtime: Arc<dyn Runtime>) {
     let peer = Peer::start(Behaviour::Echo);
     let client = ClientBuilder::new(test_config())
-        .node(
-            format!("localhost:{}", peer.addr().port())
-                .parse::<Endpoint>()
-                .unwrap(),
-        )
         .build(Arc::clone(&runtime))
         .unwrap();
-    let node = client.initial_nodes()[0];
+    let endpoint: Endpoint = format!("localhost:{}", peer.addr().port()).parse().unwrap();
+    let node = client.add_node(endpoint.clone()).await.unwrap();
     let answered = client
         .send(Target::Node(node), "by name", Duration::from_secs(5))
         .await;
     assert_eq!(answered.as_deref(), Ok(&b"by name"[..]));
-    let reached = client.node_info(node).await.unwrap().addr.unwrap();
+    let info = client.node_info(node).await.unwrap();
+    assert_eq!(info.endpoint, endpoint);
+    let reached = info.addr.unwrap();
     assert!(reached.ip().is_loopback() && reached.port() == peer.addr().port());
     client.shutdown().await;
 }
