@@ -35,7 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             match action {
                 Action::Open { conn, endpoint, .. } => sockets.connect(conn, endpoint), // + options
                 Action::Close { conn, .. } => sockets.close(conn),
-                _ => {} // Handshake, when Config::handshake is on
+                _ => {} // Handshake, Heartbeat: when Config::handshake / heartbeat are on
             }
         }
         // Only connections with bytes to send come out, each with its queued frames for one

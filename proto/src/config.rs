@@ -48,7 +48,7 @@ pub struct Config {
     /// before the node connects again, instead of the reconnect backoff, with
     /// [`reconnect_jitter`](Self::reconnect_jitter). Meanwhile submits to the node fail at once
     /// with [`Unavailable::Failed`](crate::Unavailable::Failed). At least
-    /// [`reconnect_backoff`](Self::reconnect_backoff). Default 30 s.
+    /// `reconnect_backoff`. Default 30 s.
     pub final_failure_backoff: Duration,
     /// Each frame must be fully accepted by the kernel within this long of being queued, or
     /// the connection is closed (Netty's `WriteTimeoutHandler`). [`Duration::ZERO`] disables.

@@ -506,7 +506,7 @@ pub enum Unavailable {
     Shutdown,
     /// The node's last connect failed for a final reason ([`CloseReason::is_final`]) and its
     /// [`final_failure_backoff`](crate::Config::final_failure_backoff) is still running.
-    #[error("failed: {0}")]
+    #[error("final failure: {0}")]
     Failed(CloseReason),
 }
 

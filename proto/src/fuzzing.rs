@@ -537,14 +537,18 @@ impl Session {
     /// half-written frame, which the pool accepts).
     fn respond_arriving(&mut self, i: u8) {
         let Some(conn) = self.conn(i) else { return };
-        let Some(id) = self.streams.get_mut(&conn).and_then(|s| s.arriving.take()) else {
+        let Some(stream) = self.streams.get_mut(&conn) else {
+            return;
+        };
+        // A peer answers each request once: not again while the rest of it is arriving.
+        let Some(id) = stream
+            .arriving
+            .filter(|id| !stream.answered_early.contains(id))
+        else {
             return;
         };
         // Its bytes still count as arriving; the frame is finished later and then unanswered.
-        if let Some(s) = self.streams.get_mut(&conn) {
-            s.arriving = Some(id);
-            s.answered_early.push(id);
-        }
+        stream.answered_early.push(id);
         let result = self
             .pool
             .handle_response(self.now, conn, id, Bytes::from_static(b"early"));

@@ -58,8 +58,8 @@ pub enum Target {
 /// let req = pool.submit(now, Target::Best, now + Duration::from_secs(1), frame).unwrap();
 /// let mut bufs = Vec::new();
 /// loop {
-///     // 1. Actions: open a socket (report handle_connected / handle_connect_failed later),
-///     //    run a handshake, close a socket.
+///     // 1. Actions: open a socket (resolving a name first; report handle_connected_to /
+///     //    handle_connect_failed later), run a handshake, send a heartbeat, close a socket.
 ///     while let Some(action) = pool.poll_action() {
 ///         if let Action::Open { conn, .. } = action {
 ///             pool.handle_connected(now, conn).unwrap(); // here: connected at once
@@ -93,8 +93,28 @@ pub enum Target {
 /// [`poll_transmit`](Self::poll_transmit), then [`poll_event`](Self::poll_event); last, ask
 /// [`poll_timeout`](Self::poll_timeout) when to call [`handle_timeout`](Self::handle_timeout)
 /// (which is safe to call early or twice). `poll_timeout` is the only clock an adapter waits
-/// on: setup, write, frame and idle timeouts, backoffs, probes and request deadlines are all
-/// in it, and every one of them fires for an adapter that does nothing but sleep until it.
+/// on: setup, write, frame and idle timeouts, backoffs, probes, heartbeats and request
+/// deadlines are all in it, and every one of them fires for an adapter that does nothing but
+/// sleep until it.
+///
+/// # Names and heartbeats
+///
+/// A node added as [`Endpoint::Name`] is never resolved by the pool: every
+/// [`Action::Open`] carries the name, and the adapter resolves it afresh for that attempt
+/// (never from an earlier attempt's answer), within the action's setup deadline. It tries the
+/// addresses in turn, reports the first that connects with
+/// [`handle_connected_to`](Self::handle_connected_to) (so [`node_addr`](Self::node_addr) says
+/// where the node is now), or, when every address failed, the last failure with
+/// [`handle_connect_failed`](Self::handle_connect_failed). A name that does not exist is
+/// [`Failure::NameNotFound`], a final failure (see [`CloseReason::is_final`]); any other
+/// resolver failure is [`Failure::ResolveFailed`], retried like a refused connect.
+///
+/// With [`Config::heartbeat`], an [`Action::Heartbeat`] asks for a ping on an idle
+/// connection: the adapter encodes its protocol's ping for the given [`RequestId`] and hands
+/// it over with [`submit_heartbeat`](Self::submit_heartbeat); from then on it is written and
+/// answered like any request's frame, but the pool consumes its response (no
+/// [`Event::RequestDone`]). An adapter with no ping may ignore the action: the connection is
+/// then closed with [`CloseReason::HeartbeatTimeout`] at the ping's deadline.
 ///
 /// Within one input, the requests a close ends are reported before the node's state change.
 #[derive(Debug)]
@@ -283,7 +303,8 @@ impl Pool {
     }
 
     /// The id the next successful [`submit`](Self::submit) will return, so a codec can put it
-    /// in the frame as its correlation id.
+    /// in the frame as its correlation id (when no other input comes between: a heartbeat
+    /// reserves an id too).
     pub fn next_request_id(&self) -> RequestId {
         self.requests.next_id()
     }
@@ -292,7 +313,10 @@ impl Pool {
     ///
     /// Fails fast, queuing nothing, when the connection is not writable (above its high
     /// watermark), the memory budget is exhausted, the node is at its in-flight limit or
-    /// unavailable, or no node can take it. Otherwise the request ends later with exactly one
+    /// unavailable (disabled, quarantined, throttled, or backing off after a final connect
+    /// failure: [`Unavailable::Failed`](crate::Unavailable::Failed)), or no node can take it
+    /// ([`Target::Best`] fails with `Unavailable::Failed` when every admitted node is backing
+    /// off after a final failure). Otherwise the request ends later with exactly one
     /// [`Event::RequestDone`]. A connection is opened if the node needs one.
     pub fn submit(
         &mut self,
@@ -712,7 +736,8 @@ impl Pool {
     /// byte of it was written and still awaiting its late response or its connection's close.
     /// An adapter that maps a protocol's own correlation ids to requests keeps each mapping
     /// while this is true, so a late response is recognised (and dropped by the pool) rather
-    /// than taken for a stranger.
+    /// than taken for a stranger. A heartbeat's id ([`Action::Heartbeat`]) holds its slot the
+    /// same way until its response is consumed or its connection closes.
     pub fn holds(&self, id: RequestId) -> bool {
         self.requests.get(id).is_some()
     }

@@ -3,6 +3,7 @@
 //! `final_failure_backoff`, and makes submits to it fail fast meanwhile; everything else stays
 //! retryable.
 
+use alloc::string::ToString;
 use alloc::vec::Vec;
 
 use bytes::Bytes;
@@ -108,6 +109,10 @@ fn only_refused_credentials_a_rejected_certificate_and_a_missing_name_are_final(
     for reason in retryable {
         assert!(!reason.is_final(), "{reason:?}");
     }
+    assert_eq!(
+        SubmitError::NodeUnavailable(Unavailable::Failed(CloseReason::AuthFailed)).to_string(),
+        "node unavailable: final failure: authentication failed"
+    );
 }
 
 #[test]
