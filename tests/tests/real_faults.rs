@@ -394,8 +394,10 @@ async fn a_hanging_connect_is_abandoned_at_a_growing_setup_deadline(runtime: Arc
     client.shutdown().await;
 }
 
-/// (d) A peer restarting on the same port ends the requests it held with a typed outcome;
-/// the next request reconnects and is answered.
+/// (d) A peer restarting on the same port ends the requests it held with a typed outcome at
+/// once (its kernel closes the old connection: within 1 s of the restart on a loaded machine,
+/// ~1 ms here; the README's detection table states it); the next request reconnects and is
+/// answered.
 async fn a_restarted_peer_ends_old_requests_and_the_next_reconnects(runtime: Arc<dyn Runtime>) {
     let mut peer = Peer::start(Behaviour::Hold);
     let (client, node, _events) = start(&runtime, test_config(), peer.addr());
@@ -407,6 +409,7 @@ async fn a_restarted_peer_ends_old_requests_and_the_next_reconnects(runtime: Arc
         Duration::from_secs(10),
     );
     until_read(&*runtime, &peer, 3).await;
+    let restarted = WallClock::now();
     peer.restart(Behaviour::Echo);
     for request in held {
         let outcome = request.join().await;
@@ -422,6 +425,9 @@ async fn a_restarted_peer_ends_old_requests_and_the_next_reconnects(runtime: Arc
             "{outcome:?}"
         );
     }
+    let found = restarted.elapsed();
+    println!("restarted peer found in {found:?}");
+    assert!(found < Duration::from_secs(1), "found after {found:?}");
     let answer = client
         .send(
             Target::Node(node),

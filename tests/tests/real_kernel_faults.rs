@@ -12,6 +12,7 @@
 //! | path stall > TCP_USER_TIMEOUT (2 s)     | `Failure::TimedOut`, then reconnect | [2 s, 4.5 s)    |
 //! | server restarts behind a stall          | first write after it: RST, `Reset`  | [0, 1 s)        |
 //! | dead path, idle connection, keepalive   | keepalive 1 s + 3 x 1 s: `TimedOut` | [4 s, 6 s)      |
+//! | the same, with TCP_USER_TIMEOUT (2 s)   | keepalive 2 s + one 1 s interval    | [3 s, 4.5 s)    |
 //! | peer stops reading, full window         | write timeout (1 s) closes it       | [1 s, 2 s)      |
 //! |                                         | `NotWritable` above the high mark   | [0, 250 ms)     |
 //! | a name's first address blackholed       | its 2 s share, then the second      | [2 s, 3.5 s)    |
@@ -382,6 +383,56 @@ async fn keepalive_finds_a_dead_path_under_an_idle_connection(
     client.shutdown().await;
 }
 
+/// The defaults' keepalive and TCP_USER_TIMEOUT together, at a fifth of their values: idle
+/// 2 s, interval 1 s, 3 probes, user timeout 2 s (the defaults are 10 s, 5 s, 3 and 10 s). With
+/// TCP_USER_TIMEOUT set, Linux ends a keepalive-probed connection at the first keepalive check
+/// where a probe is out and the user timeout has passed since the peer was last heard: at idle
+/// + one interval (3 s here; 15 s under the defaults), not idle + 3 intervals (5 s; 25 s). The
+/// README's detection table states the 15 s from this test.
+async fn keepalive_with_the_user_timeout_ends_an_idle_dead_path_after_one_interval(
+    runtime: Arc<dyn Runtime>,
+    netns: Arc<Netns>,
+    on: &str,
+) {
+    let peer = Peer::start(Behaviour::Hold);
+    let mut config = test_config();
+    config.socket.user_timeout = Some(Duration::from_secs(2));
+    config.socket.keepalive = Some(Keepalive {
+        idle: Duration::from_secs(2),
+        interval: Duration::from_secs(1),
+        retries: 3,
+    });
+    let (client, node, _events) = start(&runtime, config, peer.addr());
+    let ledger = Ledger::default();
+    let held = ledger.send(
+        &*runtime,
+        &client,
+        Target::Node(node),
+        "held",
+        Duration::from_secs(20),
+    );
+    until_read(&*runtime, &peer, 1).await;
+    block(&netns, &peer);
+    let held = held.join().await;
+    assert_eq!(
+        lost_by(&held.result),
+        Some(CloseReason::Io(Failure::TimedOut)),
+        "{:?}",
+        held.result
+    );
+    window(
+        "dead path, idle connection, keepalive 2 s + 1 s with user timeout 2 s",
+        on,
+        held.took,
+        Duration::from_secs(3),
+        Duration::from_millis(4_500),
+    );
+    ledger
+        .assert_each_ended_once(&*runtime, Duration::from_secs(1))
+        .await;
+    client.shutdown().await;
+}
+
 /// A peer that accepts and never reads, behind small buffers: a 1 MiB request fills its
 /// receive window and the client's send buffer and stalls. Above the 64 KiB high watermark a
 /// send is rejected with `NotWritable` at once (within 250 ms, a command round trip), and the
@@ -657,6 +708,7 @@ fault_matrix!(
     a_path_stall_longer_than_the_user_timeout_is_detected,
     a_server_restarted_behind_a_stall_is_found_by_the_first_write,
     keepalive_finds_a_dead_path_under_an_idle_connection,
+    keepalive_with_the_user_timeout_ends_an_idle_dead_path_after_one_interval,
     a_peer_behind_a_full_window_is_closed_by_the_write_timeout,
     a_name_whose_first_address_is_blackholed_reaches_the_second,
 );
