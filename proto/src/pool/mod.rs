@@ -97,6 +97,8 @@ pub enum Target {
 /// deadlines are all in it, and every one of them fires for an adapter that does nothing but
 /// sleep until it.
 ///
+/// Within one input, the requests a close ends are reported before the node's state change.
+///
 /// # Names and heartbeats
 ///
 /// A node added as [`Endpoint::Name`] is never resolved by the pool: every
@@ -115,8 +117,6 @@ pub enum Target {
 /// answered like any request's frame, but the pool consumes its response (no
 /// [`Event::RequestDone`]). An adapter with no ping may ignore the action: the connection is
 /// then closed with [`CloseReason::HeartbeatTimeout`] at the ping's deadline.
-///
-/// Within one input, the requests a close ends are reported before the node's state change.
 #[derive(Debug)]
 pub struct Pool {
     config: Config,
