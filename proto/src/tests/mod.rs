@@ -2,6 +2,7 @@
 //! adapter's part on request, and collects what the pool emits.
 
 mod availability;
+mod detection;
 mod final_failures;
 mod heartbeat;
 mod in_order;
