@@ -2,6 +2,7 @@
 //! adapter's part on request, and collects what the pool emits.
 
 mod availability;
+mod deadlines;
 mod in_order;
 mod lazy;
 mod lifecycle;
