@@ -9,7 +9,8 @@
 #
 # Usage: scripts/mutants.sh [FILE...]
 #   FILE...  proto source files to mutate (globs as cargo-mutants' --file takes them);
-#            default: the core (node/*.rs, pool, outbound, timers, select, backoff, requests).
+#            default: the core (node/*.rs, pool/*.rs, outbound, timers, select.rs and
+#            select/*.rs, backoff, requests).
 # Environment:
 #   MUTANTS_OUT   where cargo-mutants writes mutants.out/ and this script its report
 #                 (default target/mutants)
@@ -29,10 +30,11 @@ files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
   files=(
     'proto/src/node/*.rs'
-    proto/src/pool.rs
+    'proto/src/pool/*.rs'
     proto/src/outbound.rs
     proto/src/timers.rs
     proto/src/select.rs
+    'proto/src/select/*.rs'
     proto/src/backoff.rs
     proto/src/requests.rs
   )

@@ -104,14 +104,50 @@ pub enum Op {
     ShutdownGracefully(u8),
     /// A healthy peer's turn on the node: connect, handshake, accept every byte, answer all.
     Serve(u8),
+    /// The peer stops reading in the middle of a frame: `3 + pile % 8` requests are queued on
+    /// the node, the socket takes one byte (the oldest frame stays half-written and the
+    /// connection blocked), then every piled request but the oldest, the newest and the
+    /// `keep`-th (if any) ends unsent, one at a time, by cancel or at its deadline. Reaches
+    /// the queue's compaction (tombstones behind a stuck frame) and, as `then` says, the
+    /// eviction of a connection holding a half-written frame.
+    Stall {
+        node: u8,
+        pile: u8,
+        keep: Option<u8>,
+        by_deadline: bool,
+        then: StallEnd,
+    },
 }
 
-/// Runs the operations encoded in `data`; panics on the first broken invariant. Returns the
-/// pool's counters at the end, so tests can see which mechanisms a corpus reached.
-pub fn run(data: &[u8]) -> crate::Counters {
+/// What a session reached, so tests can see which mechanisms a corpus exercises.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Reached {
+    /// The pool's counters at the end of the session.
+    pub counters: crate::Counters,
+    /// Compactions of an outbound queue (frames dropped behind a stuck one).
+    pub compactions: u64,
+    /// Evictions of a connection whose peer had received part of a frame.
+    pub evicted_half_written: u64,
+}
+
+/// How an [`Op::Stall`] ends.
+#[derive(Clone, Copy, Debug, Arbitrary)]
+pub enum StallEnd {
+    /// The frame stays stuck: later operations meet it.
+    Stuck,
+    /// The application evicts the stalled connection.
+    Evicted,
+    /// The stalled connection is evicted and a healthy peer serves the fresh one, which
+    /// carries the requests the eviction kept ([`Op::Serve`]).
+    EvictedThenServed,
+}
+
+/// Runs the operations encoded in `data`; panics on the first broken invariant. Returns what
+/// the session reached.
+pub fn run(data: &[u8]) -> Reached {
     let mut u = Unstructured::new(data);
     let Ok(config) = config(&mut u) else {
-        return crate::Counters::default();
+        return Reached::default();
     };
     let mut ops: Vec<Op> = Vec::new();
     while ops.len() < 1024 {
@@ -128,11 +164,15 @@ pub fn run(data: &[u8]) -> crate::Counters {
             .check()
             .unwrap_or_else(|e| panic!("after {op:?}: {e}"));
     }
-    let counters = session.pool.counters();
+    let reached = Reached {
+        counters: session.pool.counters(),
+        compactions: session.compactions.values().sum(),
+        evicted_half_written: session.evicted_half_written,
+    };
     session
         .finish()
         .unwrap_or_else(|e| panic!("at shutdown: {e}"));
-    counters
+    reached
 }
 
 /// A small config drawn from the input: tight watermarks and short timeouts so every mechanism
@@ -226,6 +266,10 @@ struct Session {
     states: BTreeMap<NodeId, crate::NodeState>,
     /// Heartbeats the pool asked for.
     pings: BTreeSet<RequestId>,
+    /// Each node's outbound compactions so far (removed nodes keep their last count).
+    compactions: BTreeMap<NodeId, u64>,
+    /// Evictions of a connection whose peer had received part of a frame.
+    evicted_half_written: u64,
 }
 
 /// What a peer received on one connection: frames are `id (8 bytes) | len (2) | filler`.
@@ -263,6 +307,8 @@ impl Session {
             cancelled: None,
             states: BTreeMap::new(),
             pings: BTreeSet::new(),
+            compactions: BTreeMap::new(),
+            evicted_half_written: 0,
         }
     }
 
@@ -318,12 +364,16 @@ impl Session {
             } => self.submit(node, len, deadline_ms),
             Op::Cancel(i) => {
                 if let Some(&id) = self.open.iter().nth(i as usize % self.open.len().max(1)) {
-                    self.pool.cancel(now, id).unwrap();
-                    self.cancelled = Some(id);
-                    self.drain();
-                    assert!(self.cancelled.is_none(), "{id:?} ended at its cancel");
+                    self.cancel(id);
                 }
             }
+            Op::Stall {
+                node,
+                pile,
+                keep,
+                by_deadline,
+                then,
+            } => self.stall(node, pile, keep, by_deadline, then),
             Op::Connected(i) => self.report(i, |p, c| p.handle_connected(now, c)),
             Op::ConnectFailed(i) => {
                 self.report(i, |p, c| p.handle_connect_failed(now, c, Failure::Refused))
@@ -398,6 +448,9 @@ impl Session {
         }
         self.drain();
         self.stale_conns_transmit_nothing();
+        for n in self.pool.live_nodes() {
+            self.compactions.insert(n.id(), n.outbound.compactions());
+        }
     }
 
     /// Takes every hand-out the pool offers; each is for a current connection that has no
@@ -452,14 +505,68 @@ impl Session {
             Some(n) => Target::Node(n),
             None => Target::Best,
         };
+        let deadline = Duration::from_millis(u64::from(deadline_ms));
+        self.submit_frame(target, len % 512, deadline);
+    }
+
+    /// Submits a frame with a `body`-byte filler, due `deadline` from now: its id, if accepted.
+    fn submit_frame(&mut self, target: Target, body: u16, deadline: Duration) -> Option<RequestId> {
         let id = self.pool.next_request_id();
-        let deadline = self.now + Duration::from_millis(u64::from(deadline_ms));
-        if let Ok(got) = self.pool.submit(self.now, target, deadline, frame(id, len)) {
-            assert_eq!(got, id, "next_request_id predicts the id");
-            assert!(
-                self.open.insert(id) && !self.ended.contains(&id),
-                "fresh id {id:?}"
-            );
+        let got = self
+            .pool
+            .submit(self.now, target, self.now + deadline, frame(id, body))
+            .ok()?;
+        assert_eq!(got, id, "next_request_id predicts the id");
+        assert!(
+            self.open.insert(id) && !self.ended.contains(&id),
+            "fresh id {id:?}"
+        );
+        Some(id)
+    }
+
+    /// Cancels an open request: it ends `Cancelled` at once.
+    fn cancel(&mut self, id: RequestId) {
+        self.pool.cancel(self.now, id).unwrap();
+        self.cancelled = Some(id);
+        self.drain();
+        assert!(self.cancelled.is_none(), "{id:?} ended at its cancel");
+    }
+
+    /// See [`Op::Stall`].
+    fn stall(&mut self, i: u8, pile: u8, keep: Option<u8>, by_deadline: bool, then: StallEnd) {
+        let Some(node) = self.node(i) else { return };
+        let count = 3 + usize::from(pile % 8);
+        let keep = keep.map(|k| usize::from(k) % count);
+        let mut doomed = Vec::new();
+        for k in 0..count {
+            let doom = k > 0 && k + 1 < count && Some(k) != keep;
+            // The doomed expire one microsecond apart, so each drop is a step of its own.
+            let deadline = if doom && by_deadline {
+                Duration::from_micros(doomed.len() as u64)
+            } else {
+                Duration::from_secs(60)
+            };
+            if let Some(id) = self.submit_frame(Target::Node(node), 16, deadline) {
+                if doom {
+                    doomed.push(id);
+                }
+            }
+        }
+        self.write(i, 1);
+        for id in doomed {
+            if by_deadline {
+                self.advance(Duration::from_micros(1));
+            } else if self.open.contains(&id) {
+                self.cancel(id);
+            }
+        }
+        if matches!(then, StallEnd::Evicted | StallEnd::EvictedThenServed) {
+            let now = self.now;
+            self.with_node(i, |p, n| p.evict(now, n));
+            self.drain();
+        }
+        if matches!(then, StallEnd::EvictedThenServed) {
+            self.step(&Op::Serve(i));
         }
     }
 
@@ -696,6 +803,10 @@ impl Session {
             }
         }
         while let Some(event) = self.pool.poll_event() {
+            if let Event::Evicted { conn, .. } = event {
+                let partial = self.streams.get(&conn).is_some_and(|s| !s.buf.is_empty());
+                self.evicted_half_written += u64::from(partial);
+            }
             if let Event::PanicMode { entered, .. } = event {
                 assert_ne!(entered, self.panic, "panic-mode events alternate");
                 self.panic = entered;

@@ -106,6 +106,9 @@ pub(crate) struct Outbound {
     writable: bool,
     /// Live (not dropped) frames in `frames`.
     live: usize,
+    /// Compactions so far: the fuzz model's evidence that its sessions reach them.
+    #[cfg(any(test, feature = "fuzzing"))]
+    compactions: u64,
 }
 
 impl Outbound {
@@ -117,6 +120,8 @@ impl Outbound {
             handed: None,
             writable: true,
             live: 0,
+            #[cfg(any(test, feature = "fuzzing"))]
+            compactions: 0,
         }
     }
 
@@ -281,6 +286,10 @@ impl Outbound {
         for (i, frame) in self.frames.iter().enumerate() {
             renumber(frame.id, self.front_seq + i as u64);
         }
+        #[cfg(any(test, feature = "fuzzing"))]
+        {
+            self.compactions += 1;
+        }
     }
 
     /// The requests of the live frames, oldest first.
@@ -343,6 +352,12 @@ impl Outbound {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.frames.len()
+    }
+
+    /// Compactions so far.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn compactions(&self) -> u64 {
+        self.compactions
     }
 
     /// Sum of live frames' costs, recomputed (for invariant checks).

@@ -35,6 +35,12 @@ impl Pool {
         self.census
     }
 
+    /// Entries in the timer heap, stale ones included (for tests of its upkeep).
+    #[cfg(test)]
+    pub(crate) fn timer_entries(&self) -> usize {
+        self.timers.len()
+    }
+
     /// Slots in the node table (live or free), for selection's offset.
     pub(crate) fn node_slots(&self) -> usize {
         self.nodes.len()

@@ -2,6 +2,7 @@
 //! adapter's part on request, and collects what the pool emits.
 
 mod availability;
+mod deadlines;
 mod detection;
 mod final_failures;
 mod heartbeat;
@@ -11,6 +12,7 @@ mod lifecycle;
 mod names;
 mod pool;
 mod props;
+mod queue;
 mod select_index;
 mod transmit;
 
@@ -227,6 +229,20 @@ impl Harness {
             .collect();
         assert!(all.len() <= 1, "{id:?} ended more than once: {all:?}");
         all.into_iter().next().map(|(_, o)| o)
+    }
+
+    /// How much of the request's frame its `RequestDone` said was sent, if it ended.
+    pub(crate) fn sent(&self, id: RequestId) -> Option<crate::Sent> {
+        let all: Vec<_> = self
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::RequestDone { id: r, sent, .. } if *r == id => Some(*sent),
+                _ => None,
+            })
+            .collect();
+        assert!(all.len() <= 1, "{id:?} ended more than once: {all:?}");
+        all.first().copied()
     }
 
     pub(crate) fn writability(&self) -> Vec<bool> {
