@@ -1,7 +1,8 @@
 //! `ClientService` as a `tower::Service`, on every runtime: its readiness is keepwire's own
 //! back-pressure, so a load-shed layer refuses requests at once while the node's connection
 //! is above its high watermark (nothing reaches keepwire), and `poll_ready` waits out an
-//! in-flight limit or a reconnect backoff and wakes when keepwire can take a request again.
+//! in-flight limit, a reconnect backoff or a final failure's backoff and wakes when keepwire can
+//! take a request again.
 
 use std::future::poll_fn;
 use std::sync::Arc;
@@ -9,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use keepwire_driver::{Backpressure, ClientBuilder, Runtime, SendError, Target};
-use keepwire_proto::Event;
+use keepwire_proto::{Endpoint, Event};
+use keepwire_tests::names::Names;
 use keepwire_tests::peers::{Behaviour, Peer, RefusingPort};
 use keepwire_tests::{send_held, sleep, test_config, test_on_every_runtime, wait_for, within};
 use tower::load_shed::error::Overloaded;
@@ -233,8 +235,50 @@ async fn poll_ready_for_the_best_node_waits_out_a_reconnect_backoff(runtime: Arc
     client.shutdown().await;
 }
 
+/// A node whose name does not exist is refused at once for its final backoff: its service is
+/// not ready (`NoNode`) while a call would be refused, and wakes when the backoff ends.
+async fn poll_ready_for_a_node_waits_out_a_final_failures_backoff(runtime: Arc<dyn Runtime>) {
+    let peer = Peer::start(Behaviour::Echo);
+    let names = Names::new();
+    let mut config = test_config();
+    config.final_failure_backoff = Duration::from_millis(400);
+    let client = ClientBuilder::new(config)
+        .node(Endpoint::name("db.test", peer.addr().port()).unwrap())
+        .resolver(names.clone())
+        .build(Arc::clone(&runtime))
+        .unwrap();
+    let node = client.initial_nodes()[0];
+    let missing = client
+        .send(Target::Node(node), &b"hi"[..], Duration::from_secs(1))
+        .await;
+    let backoff_from = Instant::now();
+    assert!(missing.is_err_and(|e| e.is_final()));
+    names.set("db.test", &[peer.addr()]);
+    let mut service = client
+        .service(Target::Node(node), Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(service.backpressure(), Some(Backpressure::NoNode));
+    let ready = within(
+        &*runtime,
+        Duration::from_secs(2),
+        poll_fn(|cx| service.poll_ready(cx)),
+    )
+    .await;
+    assert_eq!(ready, Some(Ok(())), "woken when the final backoff ended");
+    assert!(
+        backoff_from.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        backoff_from.elapsed()
+    );
+    let answer = service.call(&b"found"[..]).await;
+    assert_eq!(answer.as_deref(), Ok(&b"found"[..]));
+    client.shutdown().await;
+}
+
 test_on_every_runtime!(
     a_load_shed_layer_sheds_instead_of_queuing_while_the_node_is_not_writable,
     poll_ready_waits_out_the_in_flight_limit_and_wakes_when_a_slot_frees,
     poll_ready_for_the_best_node_waits_out_a_reconnect_backoff,
+    poll_ready_for_a_node_waits_out_a_final_failures_backoff,
 );

@@ -51,8 +51,8 @@ pub enum Backpressure {
     /// The node holds `max_in_flight` requests ([`SendError::InFlightLimit`]); for
     /// [`Target::Best`], every ready node does (a response frees one).
     InFlightLimit,
-    /// No node can take a request: for [`Target::Node`], the node is disabled or quarantined
-    /// ([`SendError::NodeUnavailable`]); for [`Target::Best`], no node is ready, connecting or
+    /// No node can take a request: for [`Target::Node`], the node is disabled, quarantined or
+    /// backing off from a final failure ([`SendError::NodeUnavailable`]); for [`Target::Best`], no node is ready, connecting or
     /// past its reconnect backoff ([`SendError::NoNode`]).
     NoNode,
 }

@@ -727,6 +727,15 @@ impl Pool {
         self.node(node).ok().map(Node::requests)
     }
 
+    /// The final failure ([`CloseReason::is_final`]) `node` is backing off from at `now`, and
+    /// when that backoff ends: until then a request sent to the node fails at once with
+    /// [`Unavailable::Failed`](crate::Unavailable::Failed). `None` when the node is not in a
+    /// final backoff, or the handle is stale.
+    pub fn final_failure(&self, now: Instant, node: NodeId) -> Option<(CloseReason, Instant)> {
+        let failure = self.node(node).ok()?.final_failure(now)?;
+        Some((failure.reason, failure.until))
+    }
+
     /// Whether the failure detector has the node quarantined.
     pub fn is_quarantined(&self, node: NodeId) -> Option<bool> {
         self.node(node).ok().map(Node::is_quarantined)

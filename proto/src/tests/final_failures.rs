@@ -215,8 +215,14 @@ fn submits_to_the_node_fail_fast_until_its_final_backoff_ends_then_it_connects()
         try_submit(&mut h, Target::Node(node)),
         failed(NAME_NOT_FOUND)
     );
+    // The query an adapter's readiness reads says the same, and until when.
+    assert_eq!(
+        h.pool.final_failure(h.now, node),
+        Some((NAME_NOT_FOUND, until))
+    );
     assert!(h.take_actions().is_empty());
     h.advance_to(until);
+    assert_eq!(h.pool.final_failure(h.now, node), None);
     let id = try_submit(&mut h, Target::Node(node)).unwrap();
     // The name is tried again once the backoff allows, and is still missing: the new request
     // ends at once too.

@@ -38,7 +38,13 @@ impl Driver {
     /// (a node's reconnect backoff ends).
     fn state_of(&self, now: Instant, target: Target) -> (TargetState, Option<Instant>) {
         match target {
-            Target::Node(node) => (self.node_state_of(node), None),
+            // Refused at once until the final failure's backoff ends: look again then.
+            Target::Node(node) => match self.pool.final_failure(now, node) {
+                Some((_, until)) if self.admitted(node) => {
+                    (TargetState::Blocked(Backpressure::NoNode), Some(until))
+                }
+                _ => (self.node_state_of(node), None),
+            },
             _ => self.best_state(now),
         }
     }
