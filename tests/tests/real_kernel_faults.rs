@@ -386,9 +386,9 @@ async fn keepalive_finds_a_dead_path_under_an_idle_connection(
 /// The defaults' keepalive and TCP_USER_TIMEOUT together, at a fifth of their values: idle
 /// 2 s, interval 1 s, 3 probes, user timeout 2 s (the defaults are 10 s, 5 s, 3 and 10 s). With
 /// TCP_USER_TIMEOUT set, Linux ends a keepalive-probed connection at the first keepalive check
-/// where a probe is out and the user timeout has passed since the peer was last heard: at idle
-/// + one interval (3 s here; 15 s under the defaults), not idle + 3 intervals (5 s; 25 s). The
-/// README's detection table states the 15 s from this test.
+/// where a probe is out and the user timeout has passed since the peer was last heard: at
+/// idle plus one interval (3 s here; 15 s under the defaults), not idle plus 3 intervals (5 s;
+/// 25 s). The README's detection table states the 15 s from this test.
 async fn keepalive_with_the_user_timeout_ends_an_idle_dead_path_after_one_interval(
     runtime: Arc<dyn Runtime>,
     netns: Arc<Netns>,
