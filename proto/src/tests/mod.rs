@@ -3,6 +3,7 @@
 
 mod availability;
 mod deadlines;
+mod health;
 mod in_order;
 mod lazy;
 mod lifecycle;
