@@ -5,6 +5,7 @@ mod availability;
 mod deadlines;
 mod detection;
 mod final_failures;
+mod health;
 mod heartbeat;
 mod in_order;
 mod lazy;

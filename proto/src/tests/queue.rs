@@ -230,8 +230,10 @@ fn tombstones_behind_a_stuck_frame_are_compacted_once_they_outnumber_the_live_fr
     // entries, at the seventh drop (3 live), not before (at the sixth, 10 == 2 x 4 + 2).
     for (k, &id) in doomed.iter().enumerate() {
         h.pool.cancel(h.now, id).unwrap();
-        let expected = if k < 6 { 10 } else { 3 };
+        let (expected, compactions) = if k < 6 { (10, 0) } else { (3, 1) };
         assert_eq!(queue_len(&h, node), expected, "after {} drops", k + 1);
+        let outbound = &h.pool.node(node).unwrap().outbound;
+        assert_eq!(outbound.compactions(), compactions, "the fuzz model's count");
     }
     h.pool.check_invariants().unwrap();
     // The live frames were renumbered: the kept one is found and dropped by its new number,
