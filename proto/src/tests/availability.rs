@@ -8,7 +8,7 @@ use bytes::Bytes;
 use super::{Harness, exact, ms, secs};
 use crate::{
     Action, CloseReason, Config, Event, EvictReason, Failure, Outcome, Phase, Readmission,
-    RequestId, Selection, Sent, SubmitError, Target,
+    Selection, Sent, SubmitError, Target,
 };
 
 /// Quarantine on, with the thresholds, panic threshold at its default.
@@ -28,25 +28,6 @@ fn panic_events(h: &Harness) -> Vec<bool> {
             _ => None,
         })
         .collect()
-}
-
-fn sent_of(h: &Harness, id: RequestId) -> (Outcome, Sent, bool) {
-    let all: Vec<_> = h
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            Event::RequestDone {
-                id: r,
-                outcome,
-                sent,
-                retried,
-                ..
-            } if *r == id => Some((outcome.clone(), *sent, *retried)),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(all.len(), 1, "{id:?} ends exactly once: {all:?}");
-    all[0].clone()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -260,12 +241,12 @@ fn a_response_says_whether_the_whole_frame_or_part_of_it_was_sent() {
     let whole = h.submit(node, 10, secs(5));
     h.flush(conn);
     h.respond(conn, whole);
-    assert_eq!(sent_of(&h, whole).1, Sent::Fully);
+    assert_eq!(h.ended(whole).1, Sent::Fully);
     let part = h.submit(node, 10, secs(5));
     let _ = h.transmit(conn).unwrap();
     h.pool.handle_written(h.now, conn, 4).unwrap();
     h.respond(conn, part);
-    assert_eq!(sent_of(&h, part).1, Sent::Partly);
+    assert_eq!(h.ended(part).1, Sent::Partly);
 }
 
 #[test]
@@ -275,7 +256,7 @@ fn a_deadline_says_nothing_was_sent_when_queued_and_how_much_when_in_flight() {
     let queued = h.submit(node, 10, secs(1)); // never connected
     h.advance(secs(2));
     assert_eq!(
-        sent_of(&h, queued),
+        h.ended(queued),
         (
             Outcome::DeadlineExceeded {
                 phase: Phase::Queued
@@ -294,9 +275,9 @@ fn a_deadline_says_nothing_was_sent_when_queued_and_how_much_when_in_flight() {
     h.pool.handle_writable(h.now, conn).unwrap();
     assert_eq!(h.pool.poll_transmit(1 << 16, &mut bufs), Some(conn)); // never reported
     h.advance(secs(2));
-    assert_eq!(sent_of(&h, whole).1, Sent::Fully);
-    assert_eq!(sent_of(&h, part).1, Sent::Partly);
-    assert_eq!(sent_of(&h, handed).1, Sent::Unknown);
+    assert_eq!(h.ended(whole).1, Sent::Fully);
+    assert_eq!(h.ended(part).1, Sent::Partly);
+    assert_eq!(h.ended(handed).1, Sent::Unknown);
 }
 
 #[test]
@@ -313,7 +294,7 @@ fn a_lost_connection_says_for_each_request_how_much_was_sent() {
     h.pool.handle_closed(h.now, conn, Failure::Reset).unwrap();
     h.collect();
     let lost = Outcome::ConnectionLost(CloseReason::Io(Failure::Reset));
-    let got: Vec<_> = ids.iter().map(|&id| sent_of(&h, id)).collect();
+    let got: Vec<_> = ids.iter().map(|&id| h.ended(id)).collect();
     assert_eq!(
         got,
         [
@@ -340,10 +321,10 @@ fn an_eviction_and_a_cancel_say_how_much_was_sent() {
     h.pool.evict(h.now, node).unwrap();
     h.collect();
     let evicted = Outcome::Evicted(EvictReason::Requested);
-    assert_eq!(sent_of(&h, whole), (evicted.clone(), Sent::Fully, false));
-    assert_eq!(sent_of(&h, handed), (evicted, Sent::Unknown, false));
+    assert_eq!(h.ended(whole), (evicted.clone(), Sent::Fully, false));
+    assert_eq!(h.ended(handed), (evicted, Sent::Unknown, false));
     assert_eq!(
-        sent_of(&h, cancelled),
+        h.ended(cancelled),
         (Outcome::Cancelled, Sent::Nothing, false)
     );
 }
@@ -378,7 +359,7 @@ fn an_unsent_request_is_retried_once_on_another_node() {
     h.pool.handle_closed(h.now, conn_a, Failure::Reset).unwrap();
     h.collect();
     assert_eq!(
-        sent_of(&h, sent).1,
+        h.ended(sent).1,
         Sent::Fully,
         "written requests are never retried"
     );
@@ -390,7 +371,7 @@ fn an_unsent_request_is_retried_once_on_another_node() {
     );
     assert_eq!(h.flush(conn_b), 16);
     h.respond(conn_b, unsent);
-    let (outcome, was_sent, retried) = sent_of(&h, unsent);
+    let (outcome, was_sent, retried) = h.ended(unsent);
     assert!(matches!(outcome, Outcome::Response(_)));
     assert_eq!((was_sent, retried), (Sent::Fully, true));
     assert_eq!(h.pool.counters().transparent_retries, 1);
@@ -412,7 +393,7 @@ fn a_request_submitted_to_a_node_is_retried_on_a_fresh_connection_of_that_node()
     h.pool.handle_connected(h.now, fresh).unwrap();
     h.flush(fresh);
     h.respond(fresh, id);
-    assert!(sent_of(&h, id).2, "retried");
+    assert!(h.ended(id).2, "retried");
 }
 
 #[test]
@@ -424,7 +405,7 @@ fn a_request_is_retried_at_most_once() {
     assert_eq!(h.outcome(id), None, "retried after the failed connect");
     h.refuse(node);
     assert_eq!(
-        sent_of(&h, id),
+        h.ended(id),
         (
             Outcome::ConnectionLost(CloseReason::ConnectFailed(Failure::Refused)),
             Sent::Nothing,
@@ -443,7 +424,7 @@ fn a_handed_out_request_is_never_retried_and_none_is_without_the_option() {
     let _ = h.transmit(conn).unwrap();
     h.pool.handle_closed(h.now, conn, Failure::Reset).unwrap();
     h.collect();
-    assert_eq!(sent_of(&h, handed).1, Sent::Unknown);
+    assert_eq!(h.ended(handed).1, Sent::Unknown);
     assert_eq!(h.pool.counters().transparent_retries, 0);
 
     let mut h = Harness::new(exact());
@@ -452,7 +433,7 @@ fn a_handed_out_request_is_never_retried_and_none_is_without_the_option() {
     let queued = h.submit(node, 10, secs(5));
     h.pool.handle_closed(h.now, conn, Failure::Reset).unwrap();
     h.collect();
-    assert_eq!(sent_of(&h, queued).1, Sent::Nothing);
+    assert_eq!(h.ended(queued).1, Sent::Nothing);
     assert_eq!(h.pool.counters().transparent_retries, 0);
 }
 
@@ -471,7 +452,7 @@ fn a_retry_that_nothing_can_take_ends_with_its_first_outcome() {
         .unwrap();
     h.collect();
     assert_eq!(
-        sent_of(&h, id),
+        h.ended(id),
         (
             Outcome::ConnectionLost(CloseReason::ConnectFailed(Failure::Refused)),
             Sent::Nothing,
@@ -495,7 +476,7 @@ fn a_refused_authentication_is_final_and_its_requests_are_not_retried() {
         .unwrap();
     h.collect();
     assert_eq!(
-        sent_of(&h, id),
+        h.ended(id),
         (
             Outcome::ConnectionLost(CloseReason::AuthFailed),
             Sent::Nothing,

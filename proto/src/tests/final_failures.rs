@@ -24,26 +24,6 @@ fn retrying() -> Config {
     c
 }
 
-/// The one `RequestDone` of `id`: its outcome, what was sent, whether it was retried.
-fn done(h: &Harness, id: RequestId) -> (Outcome, Sent, bool) {
-    let all: Vec<_> = h
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            Event::RequestDone {
-                id: r,
-                outcome,
-                sent,
-                retried,
-                ..
-            } if *r == id => Some((outcome.clone(), *sent, *retried)),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(all.len(), 1, "{id:?} ends exactly once: {all:?}");
-    all[0].clone()
-}
-
 fn lost(reason: CloseReason) -> (Outcome, Sent, bool) {
     (Outcome::ConnectionLost(reason), Sent::Nothing, false)
 }
@@ -123,8 +103,8 @@ fn a_name_that_does_not_exist_ends_the_waiting_requests_at_once_and_backs_off_lo
     let pinned = h.submit(node, 10, secs(60));
     let best = try_submit(&mut h, Target::Best).unwrap(); // the pool picks the connecting node
     connect_fails(&mut h, Failure::NameNotFound);
-    assert_eq!(done(&h, pinned), lost(NAME_NOT_FOUND));
-    assert_eq!(done(&h, best), lost(NAME_NOT_FOUND));
+    assert_eq!(h.ended(pinned), lost(NAME_NOT_FOUND));
+    assert_eq!(h.ended(best), lost(NAME_NOT_FOUND));
     assert_eq!(h.pool.counters().transparent_retries, 0);
     assert_eq!(
         h.pool.node_state(node),
@@ -152,7 +132,7 @@ fn refused_credentials_and_a_rejected_certificate_end_the_waiting_requests_at_on
         let ids = [h.submit(node, 10, secs(60)), h.submit(node, 20, secs(60))];
         handshake_fails(&mut h, failure);
         for id in ids {
-            assert_eq!(done(&h, id), lost(reason), "{failure:?}");
+            assert_eq!(h.ended(id), lost(reason), "{failure:?}");
         }
         assert_eq!(
             h.pool.node_state(node),
@@ -227,7 +207,7 @@ fn submits_to_the_node_fail_fast_until_its_final_backoff_ends_then_it_connects()
     // The name is tried again once the backoff allows, and is still missing: the new request
     // ends at once too.
     connect_fails(&mut h, Failure::NameNotFound);
-    assert_eq!(done(&h, id), lost(NAME_NOT_FOUND));
+    assert_eq!(h.ended(id), lost(NAME_NOT_FOUND));
     assert_eq!(h.reconnect_at(node), h.now + secs(30));
 }
 

@@ -246,6 +246,26 @@ impl Harness {
         all.first().copied()
     }
 
+    /// The one `RequestDone` of `id`: its outcome, what was sent, whether it was retried.
+    pub(crate) fn ended(&self, id: RequestId) -> (Outcome, crate::Sent, bool) {
+        let all: Vec<_> = self
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::RequestDone {
+                    id: r,
+                    outcome,
+                    sent,
+                    retried,
+                    ..
+                } if *r == id => Some((outcome.clone(), *sent, *retried)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(all.len(), 1, "{id:?} ends exactly once: {all:?}");
+        all[0].clone()
+    }
+
     pub(crate) fn writability(&self) -> Vec<bool> {
         self.events
             .iter()
