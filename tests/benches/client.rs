@@ -1,0 +1,832 @@
+//! keepwire's `Client::send` side by side with the hand-written clients it replaces, in the
+//! same run: `cargo bench -p keepwire-tests --bench client`.
+//!
+//! - **A**: keepwire (`keepwire_tokio::client`, or `keepwire_smol::client` on smol), requests
+//!   pinned to the one node with a 10 s timeout each.
+//! - **B**: the usual hand-written pipelined client: callers hand (payload, oneshot) to a
+//!   writer task that frames whatever is queued into one buffer and writes it, and passes the
+//!   (id, oneshot) pairs to a reader task that owns the map of pending replies, cuts answers
+//!   and fills them. No timeouts. On smol the same on smol's tasks and `Async` socket (the
+//!   hand-offs stay tokio's `sync` channels, which need no tokio runtime).
+//! - **C** (tokio only): B with `tokio::time::timeout` on every call and the pending map in
+//!   an `Arc<Mutex<HashMap>>` that callers fill themselves.
+//!
+//! All speak keepwire's built-in `LengthPrefixed` framing to one echo server on plain std
+//! threads with fixed buffers, so it allocates nothing per request and the counting global
+//! allocator below counts the clients alone. Cells: tokio current_thread (`ct`), tokio
+//! multi-thread (`mt`, one worker per core), smol (global executor); 64 B and 16 KiB
+//! payloads; 1 and 64 callers in flight. Each run warms up, then `IN_FLIGHT` callers send back
+//! to back for a fixed time; per cell the clients take turns (rotating who goes first) for
+//! every round, and the table gives medians over rounds: throughput, allocations per request,
+//! p50 latency (1 in flight) and the median of the per-round ratios.
+//!
+//! Arguments (after `--`) pick a part: `rt=ct,mt,smol size=64,16384 inflight=1,64
+//! clients=A,B,C rounds=5 ms=400`. The same keys are read from `KEEPWIRE_BENCH_<KEY>`
+//! (e.g. `KEEPWIRE_BENCH_ROUNDS=9`).
+#![allow(missing_docs)]
+#![allow(unsafe_code)] // the counting allocator below, and nothing else
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::HashMap;
+use std::future::Future;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use keepwire_driver::LengthPrefixed;
+use keepwire_tokio::{Config, Target};
+
+/// Counts every allocation, so the benchmark can state allocations per request.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: delegates to the system allocator unchanged; only counts calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on as is.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+const WARM_UP: Duration = Duration::from_millis(50);
+/// The hand-written clients' read and batch size, as keepwire's driver uses.
+const CHUNK: usize = 64 * 1024;
+static PAYLOAD: [u8; 16 * 1024] = [b'x'; 16 * 1024];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flavour {
+    CurrentThread,
+    MultiThread,
+    Smol,
+}
+
+impl Flavour {
+    fn name(self) -> &'static str {
+        match self {
+            Self::CurrentThread => "tokio current_thread",
+            Self::MultiThread => "tokio multi-thread",
+            Self::Smol => "smol",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// keepwire.
+    A,
+    /// Hand-written, no timeouts.
+    B,
+    /// Hand-written with a timeout per call and a shared, locked map.
+    C,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Cell {
+    flavour: Flavour,
+    payload: usize,
+    in_flight: usize,
+}
+
+/// What one run of one client measured.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    rate: f64,
+    allocations: f64,
+    p50: Option<Duration>,
+}
+
+struct Options {
+    flavours: Vec<Flavour>,
+    sizes: Vec<usize>,
+    in_flight: Vec<usize>,
+    kinds: Vec<Kind>,
+    rounds: usize,
+    phase: Duration,
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let options = options()?;
+    let addr = start_echo_server()?;
+    let current = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    println!(
+        "echo server on {addr}; {} rounds of {} ms per client and cell; load average {}",
+        options.rounds,
+        options.phase.as_millis(),
+        load_average()
+    );
+    let mut lines = Vec::new();
+    for &flavour in &options.flavours {
+        for &payload in &options.sizes {
+            for &in_flight in &options.in_flight {
+                let cell = Cell {
+                    flavour,
+                    payload,
+                    in_flight,
+                };
+                let kinds: Vec<Kind> = options
+                    .kinds
+                    .iter()
+                    .copied()
+                    .filter(|k| *k != Kind::C || flavour != Flavour::Smol)
+                    .collect();
+                let mut runs: Vec<Vec<Run>> = vec![Vec::new(); kinds.len()];
+                for round in 0..options.rounds {
+                    for turn in 0..kinds.len() {
+                        let i = (turn + round) % kinds.len();
+                        let run = match flavour {
+                            Flavour::CurrentThread => current.block_on(tokio_run(
+                                kinds[i],
+                                addr,
+                                cell,
+                                options.phase,
+                            )),
+                            Flavour::MultiThread => {
+                                multi.block_on(tokio_run(kinds[i], addr, cell, options.phase))
+                            }
+                            Flavour::Smol => {
+                                smol::block_on(smol_run(kinds[i], addr, cell, options.phase))
+                            }
+                        }?;
+                        runs[i].push(run);
+                    }
+                    eprint!(".");
+                }
+                let line = summary(cell, &kinds, &runs);
+                eprintln!("\n{line}");
+                lines.push(line);
+            }
+        }
+    }
+    println!("load average after the run {}", load_average());
+    println!(
+        "| runtime | payload | in flight | A req/s | B req/s | C req/s | A / B | A / C | allocations per request A / B / C | p50 A / B / C |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for line in lines {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// One table row: medians over rounds, ratios as the median of per-round ratios.
+fn summary(cell: Cell, kinds: &[Kind], runs: &[Vec<Run>]) -> String {
+    let of = |kind: Kind| kinds.iter().position(|k| *k == kind).map(|i| &runs[i]);
+    let rate = |kind| of(kind).map_or("—".to_owned(), |r| format!("{:.0}", median(r, |r| r.rate)));
+    let allocations = |kind| {
+        of(kind).map_or("—".to_owned(), |r| {
+            format!("{:.2}", median(r, |r| r.allocations))
+        })
+    };
+    let p50 = |kind| {
+        of(kind)
+            .filter(|_| cell.in_flight == 1)
+            .map_or("—".to_owned(), |r| {
+                format!("{:.1} µs", median(r, |r| r.p50.unwrap_or_default().as_secs_f64() * 1e6))
+            })
+    };
+    let ratio = |other| match (of(Kind::A), of(other)) {
+        (Some(a), Some(o)) => {
+            let mut ratios: Vec<f64> = a.iter().zip(o).map(|(a, o)| a.rate / o.rate).collect();
+            format!("×{:.2}", median_of(&mut ratios))
+        }
+        _ => "—".to_owned(),
+    };
+    let size = if cell.payload >= 1024 {
+        format!("{} KiB", cell.payload / 1024)
+    } else {
+        format!("{} B", cell.payload)
+    };
+    format!(
+        "| {} | {size} | {} | {} | {} | {} | {} | {} | {} / {} / {} | {} / {} / {} |",
+        cell.flavour.name(),
+        cell.in_flight,
+        rate(Kind::A),
+        rate(Kind::B),
+        rate(Kind::C),
+        ratio(Kind::B),
+        ratio(Kind::C),
+        allocations(Kind::A),
+        allocations(Kind::B),
+        allocations(Kind::C),
+        p50(Kind::A),
+        p50(Kind::B),
+        p50(Kind::C),
+    )
+}
+
+fn median(runs: &[Run], figure: impl Fn(&Run) -> f64) -> f64 {
+    let mut values: Vec<f64> = runs.iter().map(figure).collect();
+    median_of(&mut values)
+}
+
+fn median_of(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+fn options() -> Result<Options, String> {
+    let mut given: HashMap<String, String> = HashMap::new();
+    for key in ["rt", "size", "inflight", "clients", "rounds", "ms"] {
+        if let Ok(value) = std::env::var(format!("KEEPWIRE_BENCH_{}", key.to_uppercase())) {
+            given.insert(key.to_owned(), value);
+        }
+    }
+    // `cargo bench` passes `--bench`; a plain harness ignores flags.
+    for arg in std::env::args().skip(1).filter(|a| !a.starts_with("--")) {
+        let (key, value) = arg
+            .split_once('=')
+            .ok_or_else(|| format!("expected KEY=VALUE, got {arg:?}"))?;
+        given.insert(key.to_owned(), value.to_owned());
+    }
+    let list = |key: &str, default: &str| -> Vec<String> {
+        given
+            .get(key)
+            .map_or(default, String::as_str)
+            .split(',')
+            .map(str::to_owned)
+            .collect()
+    };
+    let number = |s: &str| s.parse::<usize>().map_err(|e| format!("{s:?}: {e}"));
+    let flavours = list("rt", "ct,mt,smol")
+        .iter()
+        .map(|f| match f.as_str() {
+            "ct" => Ok(Flavour::CurrentThread),
+            "mt" => Ok(Flavour::MultiThread),
+            "smol" => Ok(Flavour::Smol),
+            other => Err(format!("unknown runtime {other:?} (ct, mt, smol)")),
+        })
+        .collect::<Result<_, _>>()?;
+    let kinds = list("clients", "A,B,C")
+        .iter()
+        .map(|k| match k.as_str() {
+            "A" | "a" => Ok(Kind::A),
+            "B" | "b" => Ok(Kind::B),
+            "C" | "c" => Ok(Kind::C),
+            other => Err(format!("unknown client {other:?} (A, B, C)")),
+        })
+        .collect::<Result<_, _>>()?;
+    let sizes: Vec<usize> = list("size", "64,16384")
+        .iter()
+        .map(|s| number(s))
+        .collect::<Result<_, _>>()?;
+    if let Some(too_long) = sizes.iter().find(|s| **s > PAYLOAD.len()) {
+        return Err(format!("payload {too_long} is over {}", PAYLOAD.len()));
+    }
+    Ok(Options {
+        flavours,
+        sizes,
+        in_flight: list("inflight", "1,64")
+            .iter()
+            .map(|s| number(s))
+            .collect::<Result<_, _>>()?,
+        kinds,
+        rounds: number(&list("rounds", "5")[0])?.max(1),
+        phase: Duration::from_millis(number(&list("ms", "400")[0])? as u64),
+    })
+}
+
+// ---- the load ----
+
+/// A client as the callers use it.
+trait Caller: Clone + Send + Sync + 'static {
+    /// Sends `payload`, returns the answer (`None` on any failure).
+    fn call(&self, payload: Bytes) -> impl Future<Output = Option<Bytes>> + Send + '_;
+}
+
+/// Where the callers run.
+trait Exec {
+    fn spawn<T: Send + 'static>(
+        &self,
+        task: impl Future<Output = T> + Send + 'static,
+    ) -> Pin<Box<dyn Future<Output = T> + Send>>;
+}
+
+struct Tokio;
+
+impl Exec for Tokio {
+    fn spawn<T: Send + 'static>(
+        &self,
+        task: impl Future<Output = T> + Send + 'static,
+    ) -> Pin<Box<dyn Future<Output = T> + Send>> {
+        let handle = tokio::spawn(task);
+        Box::pin(async move { handle.await.expect("a caller panicked") })
+    }
+}
+
+struct Smol;
+
+impl Exec for Smol {
+    fn spawn<T: Send + 'static>(
+        &self,
+        task: impl Future<Output = T> + Send + 'static,
+    ) -> Pin<Box<dyn Future<Output = T> + Send>> {
+        Box::pin(smol::spawn(task))
+    }
+}
+
+/// One caller's count.
+struct Tally {
+    done: u64,
+    failed: u64,
+    /// Nanoseconds per request, when recorded (kept within its first allocation).
+    latencies: Vec<u64>,
+}
+
+/// Warms up, then runs `cell.in_flight` callers back to back for `phase`.
+async fn measure(caller: &impl Caller, exec: &impl Exec, cell: Cell, phase: Duration) -> Run {
+    let payload = Bytes::from_static(&PAYLOAD[..cell.payload]);
+    load(caller, exec, cell, &payload, WARM_UP, false).await;
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let start = Instant::now();
+    let tallies = load(caller, exec, cell, &payload, phase, cell.in_flight == 1).await;
+    let elapsed = start.elapsed();
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let done: u64 = tallies.iter().map(|t| t.done).sum();
+    let failed: u64 = tallies.iter().map(|t| t.failed).sum();
+    assert_eq!(failed, 0, "{cell:?}: {failed} requests failed");
+    let mut latencies: Vec<u64> = tallies.into_iter().flat_map(|t| t.latencies).collect();
+    latencies.sort_unstable();
+    Run {
+        rate: done as f64 / elapsed.as_secs_f64(),
+        allocations: allocations as f64 / done.max(1) as f64,
+        p50: latencies
+            .get(latencies.len() / 2)
+            .map(|n| Duration::from_nanos(*n)),
+    }
+}
+
+async fn load(
+    caller: &impl Caller,
+    exec: &impl Exec,
+    cell: Cell,
+    payload: &Bytes,
+    phase: Duration,
+    record: bool,
+) -> Vec<Tally> {
+    let end = Instant::now() + phase;
+    let tasks: Vec<_> = (0..cell.in_flight)
+        .map(|_| {
+            let (caller, payload) = (caller.clone(), payload.clone());
+            exec.spawn(async move {
+                let mut tally = Tally {
+                    done: 0,
+                    failed: 0,
+                    latencies: Vec::with_capacity(if record { 1 << 20 } else { 0 }),
+                };
+                loop {
+                    let began = Instant::now();
+                    if began >= end {
+                        return tally;
+                    }
+                    match caller.call(payload.clone()).await {
+                        Some(answer) if answer.len() == payload.len() => tally.done += 1,
+                        _ => tally.failed += 1,
+                    }
+                    if tally.latencies.len() < tally.latencies.capacity() {
+                        tally.latencies.push(began.elapsed().as_nanos() as u64);
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut tallies = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        tallies.push(task.await);
+    }
+    tallies
+}
+
+// ---- the clients on tokio ----
+
+async fn tokio_run(
+    kind: Kind,
+    addr: SocketAddr,
+    cell: Cell,
+    phase: Duration,
+) -> Result<Run, Box<dyn std::error::Error>> {
+    Ok(match kind {
+        Kind::A => {
+            let client = keepwire_tokio::client(Config::default())
+                .node(addr)
+                .build()?;
+            let caller = Keepwire::new(client.clone());
+            let run = measure(&caller, &Tokio, cell, phase).await;
+            client.shutdown().await;
+            run
+        }
+        Kind::B => {
+            let (caller, tasks) = hand_tokio::connect(addr).await?;
+            let run = measure(&caller, &Tokio, cell, phase).await;
+            drop(caller);
+            tasks.finish().await;
+            run
+        }
+        Kind::C => {
+            let (caller, tasks) = hand_tokio::connect_with_timeouts(addr).await?;
+            let run = measure(&caller, &Tokio, cell, phase).await;
+            drop(caller);
+            tasks.finish().await;
+            run
+        }
+    })
+}
+
+/// A: keepwire's `Client::send`, pinned to the one node.
+#[derive(Clone)]
+struct Keepwire {
+    client: keepwire_driver::Client,
+    target: Target,
+}
+
+impl Keepwire {
+    fn new(client: keepwire_driver::Client) -> Self {
+        let target = Target::Node(client.initial_nodes()[0]);
+        Self { client, target }
+    }
+}
+
+impl Caller for Keepwire {
+    async fn call(&self, payload: Bytes) -> Option<Bytes> {
+        self.client.send(self.target, payload, TIMEOUT).await.ok()
+    }
+}
+
+mod hand_tokio {
+    //! B and C on tokio.
+
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+    use tokio::sync::{mpsc, oneshot};
+    use tokio::task::JoinHandle;
+
+    type Reply = oneshot::Sender<Bytes>;
+
+    pub(super) struct Tasks {
+        writer: JoinHandle<()>,
+        reader: JoinHandle<()>,
+    }
+
+    impl Tasks {
+        /// Once the callers' queue is dropped: the writer ends (closing the socket's write
+        /// side), then the reader is stopped.
+        pub(super) async fn finish(self) {
+            let _ = self.writer.await;
+            self.reader.abort();
+            let _ = self.reader.await;
+        }
+    }
+
+    /// B: no timeouts, the pending map owned by the reader.
+    #[derive(Clone)]
+    pub(super) struct Plain {
+        queue: mpsc::UnboundedSender<(Bytes, Reply)>,
+    }
+
+    impl Caller for Plain {
+        async fn call(&self, payload: Bytes) -> Option<Bytes> {
+            let (reply, answer) = oneshot::channel();
+            self.queue.send((payload, reply)).ok()?;
+            answer.await.ok()
+        }
+    }
+
+    pub(super) async fn connect(addr: SocketAddr) -> io::Result<(Plain, Tasks)> {
+        let (read, mut write) = open(addr).await?;
+        let (queue, mut queued) = mpsc::unbounded_channel::<(Bytes, Reply)>();
+        let (register, mut registered) = mpsc::unbounded_channel::<(u64, Reply)>();
+        let writer = tokio::spawn(async move {
+            let mut taken = Vec::with_capacity(256);
+            let mut batch = BytesMut::with_capacity(CHUNK);
+            let mut next_id = 0u64;
+            while queued.recv_many(&mut taken, 256).await > 0 {
+                for (payload, reply) in taken.drain(..) {
+                    LengthPrefixed::frame_into(next_id, &payload, &mut batch).expect("fits");
+                    let _ = register.send((next_id, reply));
+                    next_id += 1;
+                }
+                if write_batch(&mut write, &mut batch).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let reader = tokio::spawn(async move {
+            let mut pending: HashMap<u64, Reply> = HashMap::with_capacity(1024);
+            read_loop(read, |id, payload| {
+                let reply = pending.remove(&id).or_else(|| {
+                    while let Ok((id, reply)) = registered.try_recv() {
+                        pending.insert(id, reply);
+                    }
+                    pending.remove(&id)
+                });
+                if let Some(reply) = reply {
+                    let _ = reply.send(payload);
+                }
+            })
+            .await;
+        });
+        Ok((Plain { queue }, Tasks { writer, reader }))
+    }
+
+    /// C: a timeout per call, the pending map shared behind a lock.
+    #[derive(Clone)]
+    pub(super) struct WithTimeouts {
+        queue: mpsc::UnboundedSender<(u64, Bytes)>,
+        pending: Arc<Mutex<HashMap<u64, Reply>>>,
+        next_id: Arc<AtomicU64>,
+    }
+
+    impl Caller for WithTimeouts {
+        async fn call(&self, payload: Bytes) -> Option<Bytes> {
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let (reply, answer) = oneshot::channel();
+            self.pending.lock().expect("pending").insert(id, reply);
+            self.queue.send((id, payload)).ok()?;
+            match tokio::time::timeout(TIMEOUT, answer).await {
+                Ok(Ok(answer)) => Some(answer),
+                _ => {
+                    self.pending.lock().expect("pending").remove(&id);
+                    None
+                }
+            }
+        }
+    }
+
+    pub(super) async fn connect_with_timeouts(
+        addr: SocketAddr,
+    ) -> io::Result<(WithTimeouts, Tasks)> {
+        let (read, mut write) = open(addr).await?;
+        let (queue, mut queued) = mpsc::unbounded_channel::<(u64, Bytes)>();
+        let pending = Arc::new(Mutex::new(HashMap::with_capacity(1024)));
+        let writer = tokio::spawn(async move {
+            let mut taken = Vec::with_capacity(256);
+            let mut batch = BytesMut::with_capacity(CHUNK);
+            while queued.recv_many(&mut taken, 256).await > 0 {
+                for (id, payload) in taken.drain(..) {
+                    LengthPrefixed::frame_into(id, &payload, &mut batch).expect("fits");
+                }
+                if write_batch(&mut write, &mut batch).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let shared: Arc<Mutex<HashMap<u64, Reply>>> = Arc::clone(&pending);
+        let reader = tokio::spawn(async move {
+            read_loop(read, |id, payload| {
+                let reply = shared.lock().expect("pending").remove(&id);
+                if let Some(reply) = reply {
+                    let _ = reply.send(payload);
+                }
+            })
+            .await;
+        });
+        let caller = WithTimeouts {
+            queue,
+            pending,
+            next_id: Arc::default(),
+        };
+        Ok((caller, Tasks { writer, reader }))
+    }
+
+    async fn open(addr: SocketAddr) -> io::Result<(OwnedReadHalf, OwnedWriteHalf)> {
+        let stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(stream.into_split())
+    }
+
+    async fn write_batch(write: &mut OwnedWriteHalf, batch: &mut BytesMut) -> io::Result<()> {
+        write.write_all(batch).await?;
+        batch.clear();
+        Ok(())
+    }
+
+    async fn read_loop(mut read: OwnedReadHalf, mut answer: impl FnMut(u64, Bytes)) {
+        let codec = LengthPrefixed::default();
+        let mut inbound = BytesMut::with_capacity(CHUNK);
+        loop {
+            if inbound.capacity() - inbound.len() < CHUNK / 4 {
+                inbound.reserve(CHUNK);
+            }
+            match read.read_buf(&mut inbound).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            while let Ok(Some((id, payload))) = codec.cut(&mut inbound) {
+                answer(id, payload);
+            }
+        }
+    }
+}
+
+// ---- the clients on smol ----
+
+async fn smol_run(
+    kind: Kind,
+    addr: SocketAddr,
+    cell: Cell,
+    phase: Duration,
+) -> Result<Run, Box<dyn std::error::Error>> {
+    Ok(match kind {
+        Kind::A => {
+            let client = keepwire_smol::client(Config::default())
+                .node(addr)
+                .build()?;
+            let caller = Keepwire::new(client.clone());
+            let run = measure(&caller, &Smol, cell, phase).await;
+            client.shutdown().await;
+            run
+        }
+        Kind::B => {
+            let (caller, tasks) = hand_smol::connect(addr).await?;
+            let run = measure(&caller, &Smol, cell, phase).await;
+            drop(caller);
+            tasks.finish().await;
+            run
+        }
+        Kind::C => unreachable!("C is a tokio client"),
+    })
+}
+
+mod hand_smol {
+    //! B on smol: smol's tasks and `Async` socket (shared by the writer and the reader), and
+    //! the same hand-offs as B on tokio: tokio's `sync` channels need no tokio runtime, and
+    //! cost one allocation per request (the oneshot), where async-channel's would allocate a
+    //! listener per wait.
+
+    use super::*;
+    use smol::Async;
+    use smol::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::sync::{mpsc, oneshot};
+
+    type Reply = oneshot::Sender<Bytes>;
+
+    pub(super) struct Tasks {
+        writer: smol::Task<()>,
+        reader: smol::Task<()>,
+    }
+
+    impl Tasks {
+        pub(super) async fn finish(self) {
+            self.writer.await;
+            let _ = self.reader.cancel().await;
+        }
+    }
+
+    #[derive(Clone)]
+    pub(super) struct Plain {
+        queue: mpsc::UnboundedSender<(Bytes, Reply)>,
+    }
+
+    impl Caller for Plain {
+        async fn call(&self, payload: Bytes) -> Option<Bytes> {
+            let (reply, answer) = oneshot::channel();
+            self.queue.send((payload, reply)).ok()?;
+            answer.await.ok()
+        }
+    }
+
+    pub(super) async fn connect(addr: SocketAddr) -> io::Result<(Plain, Tasks)> {
+        let stream = Arc::new(Async::<TcpStream>::connect(addr).await?);
+        stream.get_ref().set_nodelay(true)?;
+        let (queue, mut queued) = mpsc::unbounded_channel::<(Bytes, Reply)>();
+        let (register, mut registered) = mpsc::unbounded_channel::<(u64, Reply)>();
+        let write = Arc::clone(&stream);
+        let writer = smol::spawn(async move {
+            let mut taken = Vec::with_capacity(256);
+            let mut batch = BytesMut::with_capacity(CHUNK);
+            let mut next_id = 0u64;
+            while queued.recv_many(&mut taken, 256).await > 0 {
+                for (payload, reply) in taken.drain(..) {
+                    LengthPrefixed::frame_into(next_id, &payload, &mut batch).expect("fits");
+                    let _ = register.send((next_id, reply));
+                    next_id += 1;
+                }
+                if (&*write).write_all(&batch).await.is_err() {
+                    return;
+                }
+                batch.clear();
+            }
+            let _ = write.get_ref().shutdown(std::net::Shutdown::Write);
+        });
+        let reader = smol::spawn(async move {
+            let codec = LengthPrefixed::default();
+            let mut pending: HashMap<u64, Reply> = HashMap::with_capacity(1024);
+            let mut inbound = BytesMut::with_capacity(CHUNK);
+            let mut chunk = vec![0; CHUNK];
+            loop {
+                let n = match (&*stream).read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                inbound.extend_from_slice(&chunk[..n]);
+                while let Ok(Some((id, payload))) = codec.cut(&mut inbound) {
+                    let reply = pending.remove(&id).or_else(|| {
+                        while let Ok((id, reply)) = registered.try_recv() {
+                            pending.insert(id, reply);
+                        }
+                        pending.remove(&id)
+                    });
+                    if let Some(reply) = reply {
+                        let _ = reply.send(payload);
+                    }
+                }
+            }
+        });
+        Ok((Plain { queue }, Tasks { writer, reader }))
+    }
+}
+
+// ---- the echo server ----
+
+/// Most bytes a connection's server thread buffers: a partial frame plus what one read takes.
+const SERVER_BUFFER: usize = 256 * 1024;
+
+/// An echo server for `LengthPrefixed` frames on plain threads, one per connection, each
+/// with one fixed buffer: every read is followed by one write of the complete frames it
+/// finished (a response is its request frame: same id, same payload). It allocates nothing
+/// per request.
+fn start_echo_server() -> io::Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            thread::spawn(move || {
+                let _ = serve(stream);
+            });
+        }
+    });
+    Ok(addr)
+}
+
+fn serve(mut stream: TcpStream) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    let mut buffer = vec![0u8; SERVER_BUFFER];
+    let mut filled = 0;
+    loop {
+        let n = stream.read(&mut buffer[filled..])?;
+        if n == 0 {
+            return Ok(());
+        }
+        filled += n;
+        let complete = complete_frames(&buffer[..filled]);
+        if complete > 0 {
+            stream.write_all(&buffer[..complete])?;
+            buffer.copy_within(complete..filled, 0);
+            filled -= complete;
+        }
+        if filled == buffer.len() {
+            return Err(io::Error::other("a frame longer than the server's buffer"));
+        }
+    }
+}
+
+/// How many leading bytes of `buf` are whole frames (`u32` BE length, then that many bytes).
+fn complete_frames(buf: &[u8]) -> usize {
+    let mut at = 0;
+    while let Some(header) = buf.get(at..at + 4) {
+        let len = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
+        if buf.len() - at - 4 < len {
+            break;
+        }
+        at += 4 + len;
+    }
+    at
+}
