@@ -18,7 +18,9 @@
 //! payloads; 1 and 64 callers in flight. Each run warms up, then `IN_FLIGHT` callers send back
 //! to back for a fixed time; per cell the clients take turns (rotating who goes first) for
 //! every round, and the table gives medians over rounds: throughput, allocations per request,
-//! p50 latency (1 in flight) and the median of the per-round ratios.
+//! the process's CPU time per request (the echo server's included, the same for every client;
+//! steadier than throughput on a busy machine), p50 latency (1 in flight) and the median of
+//! the per-round ratios.
 //!
 //! Arguments (after `--`) pick a part: `rt=ct,mt,smol size=64,16384 inflight=1,64
 //! clients=A,B,C rounds=5 ms=400`. The same keys are read from `KEEPWIRE_BENCH_<KEY>`
@@ -113,6 +115,9 @@ struct Cell {
 struct Run {
     rate: f64,
     allocations: f64,
+    /// The process's CPU time per request (the echo server's share is the same for every
+    /// client): less sensitive than the rate to other work on the machine.
+    cpu: Duration,
     p50: Option<Duration>,
 }
 
@@ -160,12 +165,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     for turn in 0..kinds.len() {
                         let i = (turn + round) % kinds.len();
                         let run = match flavour {
-                            Flavour::CurrentThread => current.block_on(tokio_run(
-                                kinds[i],
-                                addr,
-                                cell,
-                                options.phase,
-                            )),
+                            Flavour::CurrentThread => {
+                                current.block_on(tokio_run(kinds[i], addr, cell, options.phase))
+                            }
                             Flavour::MultiThread => {
                                 multi.block_on(tokio_run(kinds[i], addr, cell, options.phase))
                             }
@@ -185,9 +187,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("load average after the run {}", load_average());
     println!(
-        "| runtime | payload | in flight | A req/s | B req/s | C req/s | A / B | A / C | allocations per request A / B / C | p50 A / B / C |"
+        "| runtime | payload | in flight | A req/s | B req/s | C req/s | A / B | A / C | allocations per request A / B / C | CPU µs per request A / B / C | p50 A / B / C |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for line in lines {
         println!("{line}");
     }
@@ -197,7 +199,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// One table row: medians over rounds, ratios as the median of per-round ratios.
 fn summary(cell: Cell, kinds: &[Kind], runs: &[Vec<Run>]) -> String {
     let of = |kind: Kind| kinds.iter().position(|k| *k == kind).map(|i| &runs[i]);
-    let rate = |kind| of(kind).map_or("—".to_owned(), |r| format!("{:.0}", median(r, |r| r.rate)));
+    let rate = |kind| {
+        of(kind).map_or("—".to_owned(), |r| {
+            format!("{:.0}", median(r, |r| r.rate))
+        })
+    };
     let allocations = |kind| {
         of(kind).map_or("—".to_owned(), |r| {
             format!("{:.2}", median(r, |r| r.allocations))
@@ -207,8 +213,16 @@ fn summary(cell: Cell, kinds: &[Kind], runs: &[Vec<Run>]) -> String {
         of(kind)
             .filter(|_| cell.in_flight == 1)
             .map_or("—".to_owned(), |r| {
-                format!("{:.1} µs", median(r, |r| r.p50.unwrap_or_default().as_secs_f64() * 1e6))
+                format!(
+                    "{:.1} µs",
+                    median(r, |r| r.p50.unwrap_or_default().as_secs_f64() * 1e6)
+                )
             })
+    };
+    let cpu = |kind| {
+        of(kind).map_or("—".to_owned(), |r| {
+            format!("{:.2}", median(r, |r| r.cpu.as_secs_f64() * 1e6))
+        })
     };
     let ratio = |other| match (of(Kind::A), of(other)) {
         (Some(a), Some(o)) => {
@@ -223,7 +237,7 @@ fn summary(cell: Cell, kinds: &[Kind], runs: &[Vec<Run>]) -> String {
         format!("{} B", cell.payload)
     };
     format!(
-        "| {} | {size} | {} | {} | {} | {} | {} | {} | {} / {} / {} | {} / {} / {} |",
+        "| {} | {size} | {} | {} | {} | {} | {} | {} | {} / {} / {} | {} / {} / {} | {} / {} / {} |",
         cell.flavour.name(),
         cell.in_flight,
         rate(Kind::A),
@@ -234,6 +248,9 @@ fn summary(cell: Cell, kinds: &[Kind], runs: &[Vec<Run>]) -> String {
         allocations(Kind::A),
         allocations(Kind::B),
         allocations(Kind::C),
+        cpu(Kind::A),
+        cpu(Kind::B),
+        cpu(Kind::C),
         p50(Kind::A),
         p50(Kind::B),
         p50(Kind::C),
@@ -374,9 +391,11 @@ async fn measure(caller: &impl Caller, exec: &impl Exec, cell: Cell, phase: Dura
     let payload = Bytes::from_static(&PAYLOAD[..cell.payload]);
     load(caller, exec, cell, &payload, WARM_UP, false).await;
     let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let cpu_before = process_cpu();
     let start = Instant::now();
     let tallies = load(caller, exec, cell, &payload, phase, cell.in_flight == 1).await;
     let elapsed = start.elapsed();
+    let cpu = process_cpu().saturating_sub(cpu_before);
     let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
     let done: u64 = tallies.iter().map(|t| t.done).sum();
     let failed: u64 = tallies.iter().map(|t| t.failed).sum();
@@ -386,10 +405,25 @@ async fn measure(caller: &impl Caller, exec: &impl Exec, cell: Cell, phase: Dura
     Run {
         rate: done as f64 / elapsed.as_secs_f64(),
         allocations: allocations as f64 / done.max(1) as f64,
+        cpu: cpu / u32::try_from(done.max(1)).unwrap_or(u32::MAX),
         p50: latencies
             .get(latencies.len() / 2)
             .map(|n| Duration::from_nanos(*n)),
     }
+}
+
+/// User and system time of the whole process so far.
+fn process_cpu() -> Duration {
+    // SAFETY: `getrusage` fills the struct it is given; an all-zero `rusage` is valid.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 async fn load(

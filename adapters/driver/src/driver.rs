@@ -46,9 +46,11 @@ use crate::sync::{Hub, IdMap, Inbox, ReplySender, SendKey, answer, poll_commands
 use crate::telemetry::Telemetry;
 
 // Child modules (not siblings) so that the driver's fields stay private to the driver.
+mod chunks;
 mod conn_io;
 mod ready;
 
+use chunks::Chunks;
 use conn_io::{OpenConn, WriteBufs};
 
 /// A request from a client handle to the driver.
@@ -90,6 +92,8 @@ pub(crate) enum NodeOp {
     Connect,
 }
 
+/// Bytes reserved for a frame beyond its payload (headers, ids, delimiters).
+const FRAME_HEADROOM: usize = 64;
 /// Rounds of work in one poll before the driver yields to other tasks.
 const ROUNDS_PER_POLL: usize = 32;
 /// Commands taken from the queue at a time.
@@ -115,9 +119,11 @@ pub(crate) struct Driver {
     correlation: Correlation,
     /// With [`Correlation::ById`]: the request each protocol id names.
     ids: Ids<RequestId>,
-    /// Requests are framed into this buffer and split off it, so framing allocates only
-    /// when a chunk fills up and a frame shared with the pool is never copied.
+    /// Requests are framed into this buffer and split off it, so a frame shared with the
+    /// pool is never copied.
     encoded: BytesMut,
+    /// The chunks `encoded` and the connections' inbound buffers are cut from, recycled.
+    chunks: Chunks,
     hook: Option<Arc<dyn HandshakeHook>>,
     conns: BTreeMap<ConnId, Conn>,
     waiting: IdMap<RequestId, Waiting>,
@@ -150,9 +156,6 @@ struct Waiting {
     /// The protocol id the request was framed with ([`Correlation::ById`]).
     protocol_id: Option<u64>,
 }
-
-/// Bytes reserved at a time for framing requests.
-const ENCODE_CHUNK: usize = 64 * 1024;
 
 /// One connection's socket, through its lifecycle.
 enum Conn {
@@ -207,6 +210,7 @@ impl Driver {
             codec,
             ids: Ids::default(),
             encoded: BytesMut::new(),
+            chunks: Chunks::default(),
             hook,
             conns: BTreeMap::new(),
             waiting: IdMap::default(),
@@ -409,9 +413,9 @@ impl Driver {
             },
             _ => None,
         };
-        if self.encoded.capacity() < ENCODE_CHUNK / 4 {
-            self.encoded.reserve(ENCODE_CHUNK);
-        }
+        // Room for the payload and a header (a codec that writes more grows the buffer).
+        self.chunks
+            .reserve(&mut self.encoded, payload.len() + FRAME_HEADROOM);
         let (codec, encoded) = (&self.codec, &mut self.encoded);
         let framed = contain(|| codec.encode(payload, protocol_id, encoded));
         let frame = match framed {
