@@ -142,7 +142,7 @@ const CPU_REQUESTS: u32 = 100_000;
 /// unlike the wall clock that criterion reads, it does not count the time other work on a
 /// busy machine holds the CPU.
 fn cpu_per_request(mut keepwire: impl FnMut(), mut floor: impl FnMut()) -> (f64, f64) {
-    let mut per = |f: &mut dyn FnMut()| {
+    let per = |f: &mut dyn FnMut()| {
         let start = thread_cpu();
         for _ in 0..CPU_REQUESTS {
             f();
