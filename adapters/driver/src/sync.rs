@@ -50,22 +50,19 @@ pub(crate) fn answer<T>(reply: ReplySender<T>, value: T) {
 }
 
 /// A caller's name for one send: the caller does not know the request id the driver will
-/// give it, but can name the send when it stops waiting. Unique per client.
+/// give it, but can name the send when it stops waiting. Unique in the process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct SendKey(u64);
-
-/// Draws send keys: unique in the process, so in any client.
-///
-/// Each thread counts its own sends under a tag drawn once per thread: a counter shared by
-/// every caller would be one cache line written from every core on every send.
-#[derive(Debug, Default)]
-pub(crate) struct SendKeys;
 
 /// Bits of a key that count one thread's sends; the tag of the thread takes the rest.
 const COUNT_BITS: u32 = 40;
 
-impl SendKeys {
-    pub(crate) fn next(&self) -> SendKey {
+impl SendKey {
+    /// A fresh key: unique in the process, so in any client.
+    ///
+    /// Each thread counts its own sends under a tag drawn once per thread: a counter shared by
+    /// every caller would be one cache line written from every core on every send.
+    pub(crate) fn draw() -> Self {
         static TAGS: AtomicU64 = AtomicU64::new(0);
         thread_local! {
             static NEXT: Cell<u64> = Cell::new(TAGS.fetch_add(1, Ordering::Relaxed) << COUNT_BITS);
@@ -76,7 +73,7 @@ impl SendKeys {
             let key = next.get();
             let count = (key + 1) & ((1 << COUNT_BITS) - 1);
             next.set((key & !((1 << COUNT_BITS) - 1)) | count);
-            SendKey(key)
+            Self(key)
         })
     }
 }
@@ -230,8 +227,7 @@ mod tests {
 
     #[test]
     fn send_keys_are_distinct_and_id_maps_find_them() {
-        let keys = SendKeys::default();
-        let [a, b] = [keys.next(), keys.next()];
+        let [a, b] = [SendKey::draw(), SendKey::draw()];
         assert_ne!(a, b);
         let mut map = IdMap::default();
         map.insert(a, 1);
@@ -244,9 +240,8 @@ mod tests {
 
     #[test]
     fn send_keys_drawn_on_different_threads_differ() {
-        let keys = SendKeys;
-        let here: Vec<SendKey> = (0..3).map(|_| keys.next()).collect();
-        let there: Vec<SendKey> = std::thread::spawn(|| (0..3).map(|_| SendKeys.next()).collect())
+        let here: Vec<SendKey> = (0..3).map(|_| SendKey::draw()).collect();
+        let there: Vec<SendKey> = std::thread::spawn(|| (0..3).map(|_| SendKey::draw()).collect())
             .join()
             .unwrap();
         for key in &there {
