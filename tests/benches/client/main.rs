@@ -32,12 +32,11 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::future::Future;
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io;
+use std::net::{SocketAddr, TcpStream};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -66,6 +65,12 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
+
+mod echo;
+mod hand_smol;
+mod hand_tokio;
+
+use echo::start_echo_server;
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -522,173 +527,6 @@ impl Caller for Keepwire {
     }
 }
 
-mod hand_tokio {
-    //! B and C on tokio.
-
-    use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-    use tokio::sync::{mpsc, oneshot};
-    use tokio::task::JoinHandle;
-
-    type Reply = oneshot::Sender<Bytes>;
-
-    pub(super) struct Tasks {
-        writer: JoinHandle<()>,
-        reader: JoinHandle<()>,
-    }
-
-    impl Tasks {
-        /// Once the callers' queue is dropped: the writer ends (closing the socket's write
-        /// side), then the reader is stopped.
-        pub(super) async fn finish(self) {
-            let _ = self.writer.await;
-            self.reader.abort();
-            let _ = self.reader.await;
-        }
-    }
-
-    /// B: no timeouts, the pending map owned by the reader.
-    #[derive(Clone)]
-    pub(super) struct Plain {
-        queue: mpsc::UnboundedSender<(Bytes, Reply)>,
-    }
-
-    impl Caller for Plain {
-        async fn call(&self, payload: Bytes) -> Option<Bytes> {
-            let (reply, answer) = oneshot::channel();
-            self.queue.send((payload, reply)).ok()?;
-            answer.await.ok()
-        }
-    }
-
-    pub(super) async fn connect(addr: SocketAddr) -> io::Result<(Plain, Tasks)> {
-        let (read, mut write) = open(addr).await?;
-        let (queue, mut queued) = mpsc::unbounded_channel::<(Bytes, Reply)>();
-        let (register, mut registered) = mpsc::unbounded_channel::<(u64, Reply)>();
-        let writer = tokio::spawn(async move {
-            let mut taken = Vec::with_capacity(256);
-            let mut batch = BytesMut::with_capacity(CHUNK);
-            let mut next_id = 0u64;
-            while queued.recv_many(&mut taken, 256).await > 0 {
-                for (payload, reply) in taken.drain(..) {
-                    LengthPrefixed::frame_into(next_id, &payload, &mut batch).expect("fits");
-                    let _ = register.send((next_id, reply));
-                    next_id += 1;
-                }
-                if write_batch(&mut write, &mut batch).await.is_err() {
-                    return;
-                }
-            }
-        });
-        let reader = tokio::spawn(async move {
-            let mut pending: HashMap<u64, Reply> = HashMap::with_capacity(1024);
-            read_loop(read, |id, payload| {
-                let reply = pending.remove(&id).or_else(|| {
-                    while let Ok((id, reply)) = registered.try_recv() {
-                        pending.insert(id, reply);
-                    }
-                    pending.remove(&id)
-                });
-                if let Some(reply) = reply {
-                    let _ = reply.send(payload);
-                }
-            })
-            .await;
-        });
-        Ok((Plain { queue }, Tasks { writer, reader }))
-    }
-
-    /// C: a timeout per call, the pending map shared behind a lock.
-    #[derive(Clone)]
-    pub(super) struct WithTimeouts {
-        queue: mpsc::UnboundedSender<(u64, Bytes)>,
-        pending: Arc<Mutex<HashMap<u64, Reply>>>,
-        next_id: Arc<AtomicU64>,
-    }
-
-    impl Caller for WithTimeouts {
-        async fn call(&self, payload: Bytes) -> Option<Bytes> {
-            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            let (reply, answer) = oneshot::channel();
-            self.pending.lock().expect("pending").insert(id, reply);
-            self.queue.send((id, payload)).ok()?;
-            match tokio::time::timeout(TIMEOUT, answer).await {
-                Ok(Ok(answer)) => Some(answer),
-                _ => {
-                    self.pending.lock().expect("pending").remove(&id);
-                    None
-                }
-            }
-        }
-    }
-
-    pub(super) async fn connect_with_timeouts(
-        addr: SocketAddr,
-    ) -> io::Result<(WithTimeouts, Tasks)> {
-        let (read, mut write) = open(addr).await?;
-        let (queue, mut queued) = mpsc::unbounded_channel::<(u64, Bytes)>();
-        let pending = Arc::new(Mutex::new(HashMap::with_capacity(1024)));
-        let writer = tokio::spawn(async move {
-            let mut taken = Vec::with_capacity(256);
-            let mut batch = BytesMut::with_capacity(CHUNK);
-            while queued.recv_many(&mut taken, 256).await > 0 {
-                for (id, payload) in taken.drain(..) {
-                    LengthPrefixed::frame_into(id, &payload, &mut batch).expect("fits");
-                }
-                if write_batch(&mut write, &mut batch).await.is_err() {
-                    return;
-                }
-            }
-        });
-        let shared: Arc<Mutex<HashMap<u64, Reply>>> = Arc::clone(&pending);
-        let reader = tokio::spawn(async move {
-            read_loop(read, |id, payload| {
-                let reply = shared.lock().expect("pending").remove(&id);
-                if let Some(reply) = reply {
-                    let _ = reply.send(payload);
-                }
-            })
-            .await;
-        });
-        let caller = WithTimeouts {
-            queue,
-            pending,
-            next_id: Arc::default(),
-        };
-        Ok((caller, Tasks { writer, reader }))
-    }
-
-    async fn open(addr: SocketAddr) -> io::Result<(OwnedReadHalf, OwnedWriteHalf)> {
-        let stream = tokio::net::TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        Ok(stream.into_split())
-    }
-
-    async fn write_batch(write: &mut OwnedWriteHalf, batch: &mut BytesMut) -> io::Result<()> {
-        write.write_all(batch).await?;
-        batch.clear();
-        Ok(())
-    }
-
-    async fn read_loop(mut read: OwnedReadHalf, mut answer: impl FnMut(u64, Bytes)) {
-        let codec = LengthPrefixed::default();
-        let mut inbound = BytesMut::with_capacity(CHUNK);
-        loop {
-            if inbound.capacity() - inbound.len() < CHUNK / 4 {
-                inbound.reserve(CHUNK);
-            }
-            match read.read_buf(&mut inbound).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-            while let Ok(Some((id, payload))) = codec.cut(&mut inbound) {
-                answer(id, payload);
-            }
-        }
-    }
-}
-
 // ---- the clients on smol ----
 
 async fn smol_run(
@@ -716,151 +554,4 @@ async fn smol_run(
         }
         Kind::C => unreachable!("C is a tokio client"),
     })
-}
-
-mod hand_smol {
-    //! B on smol: smol's tasks and `Async` socket (shared by the writer and the reader), and
-    //! the same hand-offs as B on tokio: tokio's `sync` channels need no tokio runtime, and
-    //! cost one allocation per request (the oneshot), where async-channel's would allocate a
-    //! listener per wait.
-
-    use super::*;
-    use smol::Async;
-    use smol::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::sync::{mpsc, oneshot};
-
-    type Reply = oneshot::Sender<Bytes>;
-
-    pub(super) struct Tasks {
-        writer: smol::Task<()>,
-        reader: smol::Task<()>,
-    }
-
-    impl Tasks {
-        pub(super) async fn finish(self) {
-            self.writer.await;
-            let _ = self.reader.cancel().await;
-        }
-    }
-
-    #[derive(Clone)]
-    pub(super) struct Plain {
-        queue: mpsc::UnboundedSender<(Bytes, Reply)>,
-    }
-
-    impl Caller for Plain {
-        async fn call(&self, payload: Bytes) -> Option<Bytes> {
-            let (reply, answer) = oneshot::channel();
-            self.queue.send((payload, reply)).ok()?;
-            answer.await.ok()
-        }
-    }
-
-    pub(super) async fn connect(addr: SocketAddr) -> io::Result<(Plain, Tasks)> {
-        let stream = Arc::new(Async::<TcpStream>::connect(addr).await?);
-        stream.get_ref().set_nodelay(true)?;
-        let (queue, mut queued) = mpsc::unbounded_channel::<(Bytes, Reply)>();
-        let (register, mut registered) = mpsc::unbounded_channel::<(u64, Reply)>();
-        let write = Arc::clone(&stream);
-        let writer = smol::spawn(async move {
-            let mut taken = Vec::with_capacity(256);
-            let mut batch = BytesMut::with_capacity(CHUNK);
-            let mut next_id = 0u64;
-            while queued.recv_many(&mut taken, 256).await > 0 {
-                for (payload, reply) in taken.drain(..) {
-                    LengthPrefixed::frame_into(next_id, &payload, &mut batch).expect("fits");
-                    let _ = register.send((next_id, reply));
-                    next_id += 1;
-                }
-                if (&*write).write_all(&batch).await.is_err() {
-                    return;
-                }
-                batch.clear();
-            }
-            let _ = write.get_ref().shutdown(std::net::Shutdown::Write);
-        });
-        let reader = smol::spawn(async move {
-            let codec = LengthPrefixed::default();
-            let mut pending: HashMap<u64, Reply> = HashMap::with_capacity(1024);
-            let mut inbound = BytesMut::with_capacity(CHUNK);
-            let mut chunk = vec![0; CHUNK];
-            loop {
-                let n = match (&*stream).read(&mut chunk).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => n,
-                };
-                inbound.extend_from_slice(&chunk[..n]);
-                while let Ok(Some((id, payload))) = codec.cut(&mut inbound) {
-                    let reply = pending.remove(&id).or_else(|| {
-                        while let Ok((id, reply)) = registered.try_recv() {
-                            pending.insert(id, reply);
-                        }
-                        pending.remove(&id)
-                    });
-                    if let Some(reply) = reply {
-                        let _ = reply.send(payload);
-                    }
-                }
-            }
-        });
-        Ok((Plain { queue }, Tasks { writer, reader }))
-    }
-}
-
-// ---- the echo server ----
-
-/// Most bytes a connection's server thread buffers: a partial frame plus what one read takes.
-const SERVER_BUFFER: usize = 256 * 1024;
-
-/// An echo server for `LengthPrefixed` frames on plain threads, one per connection, each
-/// with one fixed buffer: every read is followed by one write of the complete frames it
-/// finished (a response is its request frame: same id, same payload). It allocates nothing
-/// per request.
-fn start_echo_server() -> io::Result<SocketAddr> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
-    let addr = listener.local_addr()?;
-    thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            thread::spawn(move || {
-                let _ = serve(stream);
-            });
-        }
-    });
-    Ok(addr)
-}
-
-fn serve(mut stream: TcpStream) -> io::Result<()> {
-    stream.set_nodelay(true)?;
-    let mut buffer = vec![0u8; SERVER_BUFFER];
-    let mut filled = 0;
-    loop {
-        let n = stream.read(&mut buffer[filled..])?;
-        if n == 0 {
-            return Ok(());
-        }
-        filled += n;
-        let complete = complete_frames(&buffer[..filled]);
-        if complete > 0 {
-            stream.write_all(&buffer[..complete])?;
-            buffer.copy_within(complete..filled, 0);
-            filled -= complete;
-        }
-        if filled == buffer.len() {
-            return Err(io::Error::other("a frame longer than the server's buffer"));
-        }
-    }
-}
-
-/// How many leading bytes of `buf` are whole frames (`u32` BE length, then that many bytes).
-fn complete_frames(buf: &[u8]) -> usize {
-    let mut at = 0;
-    while let Some(header) = buf.get(at..at + 4) {
-        let len = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
-        if buf.len() - at - 4 < len {
-            break;
-        }
-        at += 4 + len;
-    }
-    at
 }
