@@ -1,11 +1,12 @@
 //! One request's whole lifecycle in proto — submit, hand-out, write report, response, its
 //! `RequestDone` event — against a minimal floor doing the same five steps with none of
 //! keepwire's rules (a slab, a FIFO of frames and an event queue), side by side, with 0, 1,000
-//! and 100,000 other requests pending. A counting allocator reports allocations per request.
+//! and 100,000 other requests pending. A counting allocator reports allocations per request,
+//! and the thread's CPU time per request is printed beside criterion's wall-clock figures.
 //!
 //! `cargo bench -p keepwire-proto --bench lifecycle -- --warm-up-time 1 --measurement-time 3`
 #![allow(missing_docs)]
-#![allow(unsafe_code)] // the counting allocator below, and nothing else
+#![allow(unsafe_code)] // the counting allocator and the thread's CPU clock below
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::VecDeque;
@@ -136,6 +137,42 @@ impl Floor {
     }
 }
 
+/// Rounds of [`cpu_per_request`], and requests per round.
+const CPU_ROUNDS: usize = 9;
+const CPU_REQUESTS: u32 = 100_000;
+
+/// The thread's CPU time per call of `keepwire` and of `floor`, medians of interleaved rounds:
+/// unlike the wall clock that criterion reads, it does not count the time other work on a
+/// busy machine holds the CPU.
+fn cpu_per_request(mut keepwire: impl FnMut(), mut floor: impl FnMut()) -> (f64, f64) {
+    let per = |f: &mut dyn FnMut()| {
+        let start = thread_cpu();
+        for _ in 0..CPU_REQUESTS {
+            f();
+        }
+        (thread_cpu() - start).as_nanos() as f64 / f64::from(CPU_REQUESTS)
+    };
+    let (mut k, mut f): (Vec<f64>, Vec<f64>) = (0..CPU_ROUNDS)
+        .map(|_| (per(&mut keepwire), per(&mut floor)))
+        .unzip();
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    (median(&mut k), median(&mut f))
+}
+
+/// This thread's CPU time so far.
+fn thread_cpu() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `clock_gettime` writes the time into the struct it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
 fn lifecycle(c: &mut Criterion) {
     let mut group = c.benchmark_group("request_lifecycle");
     for pending in [0usize, 1_000, 100_000] {
@@ -148,11 +185,19 @@ fn lifecycle(c: &mut Criterion) {
         }
         let per_request = (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / 10_000.0;
         println!("keepwire, {pending} pending: {per_request:.2} allocations per request");
+        let mut floor = Floor::with_pending(pending);
+        floor.once(0);
+        let (keepwire_cpu, floor_cpu) = cpu_per_request(
+            || keepwire_once(&mut pool, node, now, &mut bufs),
+            || floor.once(black_box(5)),
+        );
+        println!(
+            "keepwire, {pending} pending: {keepwire_cpu:.0} ns of thread CPU time per request, \
+             floor {floor_cpu:.0} ns (median of {CPU_ROUNDS} interleaved rounds)"
+        );
         group.bench_function(BenchmarkId::new("keepwire", pending), |b| {
             b.iter(|| keepwire_once(&mut pool, node, now, &mut bufs));
         });
-        let mut floor = Floor::with_pending(pending);
-        floor.once(0);
         group.bench_function(BenchmarkId::new("floor", pending), |b| {
             b.iter(|| floor.once(black_box(5)));
         });

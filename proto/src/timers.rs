@@ -1,4 +1,4 @@
-//! The deadline index: a binary heap of `(instant, timer)` entries with lazy invalidation, so
+//! The deadline index: a 4-ary heap of `(instant, timer)` entries with lazy invalidation, so
 //! scheduling, firing and finding the earliest deadline stay O(log n) however many nodes and
 //! requests there are.
 //!
@@ -8,8 +8,7 @@
 //! reaches the top. The pool prunes invalid entries off the top after every input, so
 //! [`Pool::poll_timeout`](crate::Pool::poll_timeout) can be a pure peek.
 
-use alloc::collections::BinaryHeap;
-use core::cmp::Reverse;
+use alloc::vec::Vec;
 
 use crate::ids::{NodeId, RequestId};
 use crate::time::Instant;
@@ -86,32 +85,90 @@ pub(crate) enum TimerKey {
     Request(RequestId),
 }
 
-/// The heap itself.
+/// The heap itself: a 4-ary min-heap of `(instant, key)` entries.
+///
+/// Four children per node halve the depth of a binary heap, so a push or a pop moves an
+/// entry through half as many levels. Entries are totally ordered (the key breaks ties), so
+/// they come out in exactly the order any correct heap gives them.
 #[derive(Debug, Default)]
 pub(crate) struct TimerHeap {
-    heap: BinaryHeap<Reverse<(Instant, TimerKey)>>,
+    entries: Vec<(Instant, TimerKey)>,
 }
+
+/// Children per heap node.
+const ARITY: usize = 4;
 
 impl TimerHeap {
     pub(crate) fn push(&mut self, at: Instant, key: TimerKey) {
-        self.heap.push(Reverse((at, key)));
+        self.entries.push((at, key));
+        self.sift_up(self.entries.len() - 1);
     }
 
     pub(crate) fn peek(&self) -> Option<(Instant, TimerKey)> {
-        self.heap.peek().map(|Reverse(e)| *e)
+        self.entries.first().copied()
     }
 
     pub(crate) fn pop(&mut self) -> Option<(Instant, TimerKey)> {
-        self.heap.pop().map(|Reverse(e)| e)
+        if self.entries.is_empty() {
+            return None;
+        }
+        let top = self.entries.swap_remove(0);
+        if !self.entries.is_empty() {
+            self.sift_down(0);
+        }
+        Some(top)
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.heap.len()
+        self.entries.len()
     }
 
     /// Drops every entry `valid` rejects (when stale entries pile up far from the top).
     pub(crate) fn retain(&mut self, mut valid: impl FnMut(Instant, TimerKey) -> bool) {
-        self.heap.retain(|Reverse((at, key))| valid(*at, *key));
+        self.entries.retain(|(at, key)| valid(*at, *key));
+        for i in (0..self.entries.len() / ARITY + 1).rev() {
+            if i < self.entries.len() {
+                self.sift_down(i);
+            }
+        }
+    }
+
+    /// Moves the entry at `i` up to where its parent is earlier.
+    fn sift_up(&mut self, mut i: usize) {
+        let entry = self.entries[i];
+        while i > 0 {
+            let parent = (i - 1) / ARITY;
+            if self.entries[parent] <= entry {
+                break;
+            }
+            self.entries[i] = self.entries[parent];
+            i = parent;
+        }
+        self.entries[i] = entry;
+    }
+
+    /// Moves the entry at `i` down to where its children are later.
+    fn sift_down(&mut self, mut i: usize) {
+        let entry = self.entries[i];
+        let len = self.entries.len();
+        loop {
+            let first = ARITY * i + 1;
+            if first >= len {
+                break;
+            }
+            let mut earliest = first;
+            for child in first + 1..(first + ARITY).min(len) {
+                if self.entries[child] < self.entries[earliest] {
+                    earliest = child;
+                }
+            }
+            if entry <= self.entries[earliest] {
+                break;
+            }
+            self.entries[i] = self.entries[earliest];
+            i = earliest;
+        }
+        self.entries[i] = entry;
     }
 }
 
@@ -136,8 +193,42 @@ mod tests {
         );
         h.push(Instant::from_secs(2), TimerKey::Node(node, NodeTimer::Idle));
         assert_eq!(h.peek().unwrap().0, Instant::from_secs(1));
-        let order: alloc::vec::Vec<_> = core::iter::from_fn(|| h.pop()).map(|e| e.0).collect();
+        let order: Vec<_> = core::iter::from_fn(|| h.pop()).map(|e| e.0).collect();
         assert_eq!(order, [1, 2, 3].map(Instant::from_secs));
+    }
+
+    #[test]
+    fn the_heap_gives_what_a_sorted_list_gives_through_pushes_pops_and_retains() {
+        let key = |i: u64| TimerKey::Request(RequestId::new(i as u32, 0));
+        let mut heap = TimerHeap::default();
+        let mut model: Vec<(Instant, TimerKey)> = Vec::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for step in 0..5_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            match x % 7 {
+                0..=3 => {
+                    // Few distinct instants, so ties between keys are common.
+                    let entry = (Instant::from_secs(x % 50), key(step % 300));
+                    heap.push(entry.0, entry.1);
+                    model.push(entry);
+                }
+                4 | 5 => {
+                    model.sort();
+                    let expected = (!model.is_empty()).then(|| model.remove(0));
+                    assert_eq!(heap.pop(), expected, "step {step}");
+                }
+                _ => {
+                    let cut = Instant::from_secs(x % 50);
+                    heap.retain(|at, _| at != cut);
+                    model.retain(|(at, _)| *at != cut);
+                }
+            }
+            model.sort();
+            assert_eq!(heap.peek(), model.first().copied(), "step {step}");
+            assert_eq!(heap.len(), model.len());
+        }
     }
 
     #[test]

@@ -22,8 +22,7 @@ use crate::runtime::Runtime;
 use crate::service::ClientService;
 use crate::socket::{OptionReport, SocketReadback};
 use crate::sync::{
-    Hub, HubHandle, Next, Outbox, ReplySender, SendKey, SendKeys, Subscription, command_queue,
-    reply,
+    Hub, HubHandle, Next, Outbox, ReplySender, SendKey, Subscription, command_queue, reply,
 };
 
 /// Builds a [`Client`]: a keepwire [`Config`], driver options and the initial nodes.
@@ -164,7 +163,6 @@ impl ClientBuilder {
         Ok(Client {
             handle: Arc::new(Handle {
                 outbox,
-                send_keys: SendKeys::default(),
                 events,
                 readiness,
                 initial_nodes,
@@ -300,7 +298,6 @@ pub struct Client {
 struct Handle {
     /// The only strong sender of the driver's command queue.
     outbox: Outbox<Command>,
-    send_keys: SendKeys,
     events: HubHandle<ClientEvent>,
     readiness: Arc<Readiness>,
     initial_nodes: Vec<NodeId>,
@@ -338,7 +335,7 @@ impl Client {
         timeout: Duration,
     ) -> Result<Bytes, SendError> {
         let (reply, receiver) = reply();
-        let key = self.handle.send_keys.next();
+        let key = SendKey::draw();
         let command = Command::Send {
             target,
             payload: payload.into(),

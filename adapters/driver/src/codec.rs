@@ -21,6 +21,8 @@ use std::fmt;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use keepwire_proto::Violation;
 
+use crate::sync::IdMap;
+
 /// Frames requests for one protocol and makes the per-connection decoders of its responses.
 ///
 /// One codec serves every connection of a client; the state of a connection's byte stream
@@ -373,17 +375,20 @@ impl Decoder for LengthPrefixed {
 
 /// The protocol ids of requests that may still be answered, for [`Correlation::ById`]: which
 /// request each id names, and the next id to give.
+///
+/// An [`IdMap`]: the ids in it are the driver's own (given in sequence), so a peer cannot
+/// choose keys that collide; an id it echoes is only looked up.
 #[derive(Debug)]
 pub(crate) struct Ids<T> {
     next: u64,
-    live: std::collections::HashMap<u64, T>,
+    live: IdMap<u64, T>,
 }
 
 impl<T> Default for Ids<T> {
     fn default() -> Self {
         Self {
             next: 0,
-            live: std::collections::HashMap::new(),
+            live: IdMap::default(),
         }
     }
 }

@@ -11,9 +11,14 @@
 //!
 //! The timer is reset after every fire, even to the same deadline: the [`Timer`] contract
 //! lets a fired timer stay pending until it is reset (async-io's does), and a coarse clock may
-//! still read before the deadline when the timer fires, so the pool offers it again.
+//! still read before the deadline when the timer fires, so the pool offers it again. Between
+//! fires it is moved only to an earlier deadline: one that fires early is simply re-armed.
+//!
+//! The clock is read once per round and every input of the round carries that time: a round
+//! never waits, and a clock read per input was a tenth of the driver's time.
 
 use std::any::Any;
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -40,10 +45,12 @@ use crate::sync::{Hub, IdMap, Inbox, ReplySender, SendKey, answer, poll_commands
 use crate::telemetry::Telemetry;
 
 // Child modules (not siblings) so that the driver's fields stay private to the driver.
+mod chunks;
 mod conn_io;
 mod ready;
 mod setup;
 
+use chunks::Chunks;
 use conn_io::{OpenConn, WriteBufs};
 use setup::Connecting;
 
@@ -86,6 +93,8 @@ pub(crate) enum NodeOp {
     Connect,
 }
 
+/// Bytes reserved for a frame beyond its payload (headers, ids, delimiters).
+const FRAME_HEADROOM: usize = 64;
 /// Rounds of work in one poll before the driver yields to other tasks.
 const ROUNDS_PER_POLL: usize = 32;
 /// Commands taken from the queue at a time.
@@ -105,13 +114,17 @@ pub(crate) struct Driver {
     /// When a readiness a service waits on may change with no input (a node's backoff ends).
     ready_recheck: Option<Instant>,
     telemetry: Telemetry,
+    /// The time of the current round, once read ([`Driver::now`]).
+    clock: Cell<Option<Instant>>,
     codec: Arc<dyn Codec>,
     correlation: Correlation,
     /// With [`Correlation::ById`]: the request each protocol id names.
     ids: Ids<RequestId>,
-    /// Requests are framed into this buffer and split off it, so framing allocates only
-    /// when a chunk fills up and a frame shared with the pool is never copied.
+    /// Requests are framed into this buffer and split off it, so a frame shared with the
+    /// pool is never copied.
     encoded: BytesMut,
+    /// The chunks `encoded` and the connections' inbound buffers are cut from, recycled.
+    chunks: Chunks,
     hook: Option<Arc<dyn HandshakeHook>>,
     /// Resolves the names of nodes added by name, on every connect attempt.
     resolver: Arc<dyn Resolver>,
@@ -146,9 +159,6 @@ struct Waiting {
     /// The protocol id the request was framed with ([`Correlation::ById`]).
     protocol_id: Option<u64>,
 }
-
-/// Bytes reserved at a time for framing requests.
-const ENCODE_CHUNK: usize = 64 * 1024;
 
 /// One connection's socket, through its lifecycle.
 enum Conn {
@@ -196,10 +206,12 @@ impl Driver {
             disabled: HashSet::new(),
             ready_recheck: None,
             telemetry,
+            clock: Cell::new(None),
             correlation: codec.correlation(),
             codec,
             ids: Ids::default(),
             encoded: BytesMut::new(),
+            chunks: Chunks::default(),
             hook,
             resolver,
             conns: BTreeMap::new(),
@@ -226,13 +238,26 @@ impl Driver {
         self.pool.seed()
     }
 
+    /// The time of this round: the clock is read once per round, at its first use, and every
+    /// input of the round is stamped with it (a round takes microseconds: it never waits).
     fn now(&self) -> Instant {
+        if let Some(now) = self.clock.get() {
+            return now;
+        }
         let elapsed = self.runtime.now().saturating_duration_since(self.origin);
-        Instant::from_nanos(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX))
+        let now = Instant::from_nanos(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
+        self.clock.set(Some(now));
+        now
+    }
+
+    /// Forgets the time read: the next [`now`](Self::now) reads the clock again.
+    fn tick(&self) {
+        self.clock.set(None);
     }
 
     /// One round of work; whether anything moved.
     fn round(&mut self, cx: &mut Context<'_>) -> bool {
+        self.tick();
         let mut moved = self.take_commands(cx);
         moved |= self.poll_setups(cx);
         moved |= self.poll_io(cx);
@@ -243,11 +268,10 @@ impl Driver {
 
     /// Runs the pool's actions and delivers its events: after every input.
     fn settle(&mut self) {
-        let now = self.now();
         while let Some(action) = self.pool.poll_action() {
             #[cfg(feature = "tracing")]
             self.telemetry.action(&action);
-            self.perform(now, &action);
+            self.perform(self.now(), &action);
         }
         while let Some(event) = self.pool.poll_event() {
             self.telemetry.event(&event);
@@ -391,9 +415,9 @@ impl Driver {
             },
             _ => None,
         };
-        if self.encoded.capacity() < ENCODE_CHUNK / 4 {
-            self.encoded.reserve(ENCODE_CHUNK);
-        }
+        // Room for the payload and a header (a codec that writes more grows the buffer).
+        self.chunks
+            .reserve(&mut self.encoded, payload.len() + FRAME_HEADROOM);
         let (codec, encoded) = (&self.codec, &mut self.encoded);
         let framed = contain(|| codec.encode(payload, protocol_id, encoded));
         let frame = match framed {
@@ -578,7 +602,11 @@ impl Driver {
             };
             let armed = match &mut self.timer {
                 Some(armed) => {
-                    if armed.at != Some(next) {
+                    // Moved only to an earlier deadline. One armed earlier than needed fires
+                    // early, and the driver only looks again and re-arms (below): cheaper than
+                    // moving the timer whenever the earliest deadline moves later, which is
+                    // with nearly every answered request.
+                    if armed.at.is_none_or(|at| at > next) {
                         armed.timer.as_mut().reset(deadline);
                         armed.at = Some(next);
                     }
@@ -594,6 +622,7 @@ impl Driver {
             }
             // Fired: reset before the next poll, even to this same deadline.
             armed.at = None;
+            self.tick();
         }
         let now = self.now();
         if due.is_some_and(|due| due <= now) {
@@ -616,6 +645,7 @@ impl Driver {
 
     /// Ends what the pool could not: every command still queued, every subscriber.
     fn finish(&mut self) {
+        self.tick();
         let now = self.now();
         self.pool.shutdown(now);
         self.settle();
@@ -668,6 +698,7 @@ impl Driver {
     /// What the rounds of one poll changed, made visible: services' readiness, counters and
     /// gauges.
     fn after_rounds(&mut self) {
+        self.tick();
         self.refresh_readiness();
         self.telemetry.flush(&self.pool);
     }

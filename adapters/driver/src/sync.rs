@@ -16,6 +16,7 @@
 //!   shutdown. The event sender lives in the driver, which drops it when it stops, so every
 //!   subscription ends (after reading what is queued) and a later one ends at once.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,17 +50,31 @@ pub(crate) fn answer<T>(reply: ReplySender<T>, value: T) {
 }
 
 /// A caller's name for one send: the caller does not know the request id the driver will
-/// give it, but can name the send when it stops waiting. Unique per client.
+/// give it, but can name the send when it stops waiting. Unique in the process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct SendKey(u64);
 
-/// Draws send keys (one counter per client).
-#[derive(Debug, Default)]
-pub(crate) struct SendKeys(AtomicU64);
+/// Bits of a key that count one thread's sends; the tag of the thread takes the rest.
+const COUNT_BITS: u32 = 40;
 
-impl SendKeys {
-    pub(crate) fn next(&self) -> SendKey {
-        SendKey(self.0.fetch_add(1, Ordering::Relaxed))
+impl SendKey {
+    /// A fresh key: unique in the process, so in any client.
+    ///
+    /// Each thread counts its own sends under a tag drawn once per thread: a counter shared by
+    /// every caller would be one cache line written from every core on every send.
+    pub(crate) fn draw() -> Self {
+        static TAGS: AtomicU64 = AtomicU64::new(0);
+        thread_local! {
+            static NEXT: Cell<u64> = Cell::new(TAGS.fetch_add(1, Ordering::Relaxed) << COUNT_BITS);
+        }
+        // After 2^40 sends on one thread its count wraps within its tag: by then the send
+        // that had the key before has long ended.
+        NEXT.with(|next| {
+            let key = next.get();
+            let count = (key + 1) & ((1 << COUNT_BITS) - 1);
+            next.set((key & !((1 << COUNT_BITS) - 1)) | count);
+            Self(key)
+        })
     }
 }
 
@@ -212,8 +227,7 @@ mod tests {
 
     #[test]
     fn send_keys_are_distinct_and_id_maps_find_them() {
-        let keys = SendKeys::default();
-        let [a, b] = [keys.next(), keys.next()];
+        let [a, b] = [SendKey::draw(), SendKey::draw()];
         assert_ne!(a, b);
         let mut map = IdMap::default();
         map.insert(a, 1);
@@ -222,6 +236,18 @@ mod tests {
         let mut hasher = IdHasher::default();
         hasher.write(&[1, 2, 3]);
         assert_ne!(hasher.finish(), IdHasher::default().finish());
+    }
+
+    #[test]
+    fn send_keys_drawn_on_different_threads_differ() {
+        let here: Vec<SendKey> = (0..3).map(|_| SendKey::draw()).collect();
+        let there: Vec<SendKey> = std::thread::spawn(|| (0..3).map(|_| SendKey::draw()).collect())
+            .join()
+            .unwrap();
+        for key in &there {
+            assert!(!here.contains(key), "{key:?} drawn on both threads");
+        }
+        assert_ne!(here[0], here[1]);
     }
 
     #[test]

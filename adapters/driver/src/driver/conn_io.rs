@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 use bytes::{Bytes, BytesMut};
 use keepwire_proto::{ConnId, Failure, Instant, Violation};
 
-use super::{Conn, Driver, contain};
+use super::{Conn, Driver, chunks, contain};
 use crate::client::ClientEvent;
 use crate::codec::{Decoded, Decoder};
 use crate::error::failure_of;
@@ -38,6 +38,8 @@ const MAX_BATCH: usize = 64 * 1024;
 const WRITE_BUDGET: usize = 64;
 /// Reads on one connection in one round.
 const READ_BUDGET: usize = 64;
+/// The fewest bytes one read asks for.
+const MIN_READ: usize = 16 * 1024;
 
 /// An open connection: its stream, its socket-option report, and the bytes read but not yet
 /// decoded.
@@ -216,7 +218,12 @@ impl Driver {
             let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
                 return moved;
             };
-            let read = open.stream.poll_read(cx, &mut self.read_buf);
+            // No more than fits the connection's chunk, or a fresh one with what it holds, so
+            // the bytes join a recycled chunk (a larger partial response grows its buffer).
+            let held = open.inbound.len();
+            let room = (open.inbound.capacity() - held).max(chunks::CHUNK.saturating_sub(held));
+            let limit = room.clamp(MIN_READ, self.read_buf.len());
+            let read = open.stream.poll_read(cx, &mut self.read_buf[..limit]);
             match read {
                 Poll::Pending => return moved,
                 Poll::Ready(Ok(0)) => {
@@ -224,6 +231,7 @@ impl Driver {
                     return true;
                 }
                 Poll::Ready(Ok(n)) => {
+                    self.chunks.reserve(&mut open.inbound, n);
                     open.inbound.extend_from_slice(&self.read_buf[..n]);
                     moved = true;
                     self.telemetry.touched(conn.node());
@@ -283,6 +291,10 @@ impl Driver {
                 }
                 Ok(None) => {
                     let partial = !open.inbound.is_empty();
+                    if !partial && self.pool.in_flight(conn.node()) == Some(0) {
+                        // Nothing more is expected: the buffer's chunk goes back for others.
+                        self.chunks.park(mem::take(&mut open.inbound));
+                    }
                     let _ = self.pool.handle_received(now, conn, partial);
                     return true;
                 }

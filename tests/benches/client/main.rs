@@ -1,0 +1,557 @@
+//! keepwire's `Client::send` side by side with the hand-written clients it replaces, in the
+//! same run: `cargo bench -p keepwire-tests --bench client`.
+//!
+//! - **A**: keepwire (`keepwire_tokio::client`, or `keepwire_smol::client` on smol), requests
+//!   pinned to the one node with a 10 s timeout each.
+//! - **B**: the usual hand-written pipelined client: callers hand (payload, oneshot) to a
+//!   writer task that frames whatever is queued into one buffer and writes it, and passes the
+//!   (id, oneshot) pairs to a reader task that owns the map of pending replies, cuts answers
+//!   and fills them. No timeouts. On smol the same on smol's tasks and `Async` socket (the
+//!   hand-offs stay tokio's `sync` channels, which need no tokio runtime).
+//! - **C** (tokio only): B with `tokio::time::timeout` on every call and the pending map in
+//!   an `Arc<Mutex<HashMap>>` that callers fill themselves.
+//!
+//! All speak keepwire's built-in `LengthPrefixed` framing to one echo server on plain std
+//! threads with fixed buffers, so it allocates nothing per request and the counting global
+//! allocator below counts the clients alone. Cells: tokio current_thread (`ct`), tokio
+//! multi-thread (`mt`, one worker per core), smol (global executor); 64 B and 16 KiB
+//! payloads; 1 and 64 callers in flight. Each run warms up, then `IN_FLIGHT` callers send back
+//! to back for a fixed time; per cell the clients take turns (rotating who goes first) for
+//! every round, and the table gives medians over rounds: throughput, allocations per request,
+//! the process's CPU time per request (the echo server's included, the same for every client;
+//! steadier than throughput on a busy machine), p50 latency (1 in flight) and the median of
+//! the per-round ratios.
+//!
+//! Arguments (after `--`) pick a part: `rt=ct,mt,smol size=64,16384 inflight=1,64
+//! clients=A,B,C rounds=5 ms=400`. The same keys are read from `KEEPWIRE_BENCH_<KEY>`
+//! (e.g. `KEEPWIRE_BENCH_ROUNDS=9`).
+#![allow(missing_docs)]
+#![allow(unsafe_code)] // the counting allocator below, and nothing else
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::{SocketAddr, TcpStream};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use keepwire_driver::LengthPrefixed;
+use keepwire_tokio::{Config, Target};
+
+/// Counts every allocation, so the benchmark can state allocations per request.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: delegates to the system allocator unchanged; only counts calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on as is.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+mod echo;
+mod hand_smol;
+mod hand_tokio;
+
+use echo::start_echo_server;
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+const WARM_UP: Duration = Duration::from_millis(50);
+/// The hand-written clients' read and batch size, as keepwire's driver uses.
+const CHUNK: usize = 64 * 1024;
+static PAYLOAD: [u8; 16 * 1024] = [b'x'; 16 * 1024];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flavour {
+    CurrentThread,
+    MultiThread,
+    Smol,
+}
+
+impl Flavour {
+    fn name(self) -> &'static str {
+        match self {
+            Self::CurrentThread => "tokio current_thread",
+            Self::MultiThread => "tokio multi-thread",
+            Self::Smol => "smol",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// keepwire.
+    A,
+    /// Hand-written, no timeouts.
+    B,
+    /// Hand-written with a timeout per call and a shared, locked map.
+    C,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Cell {
+    flavour: Flavour,
+    payload: usize,
+    in_flight: usize,
+}
+
+/// What one run of one client measured.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    rate: f64,
+    allocations: f64,
+    /// The process's CPU time per request (the echo server's share is the same for every
+    /// client): less sensitive than the rate to other work on the machine.
+    cpu: Duration,
+    p50: Option<Duration>,
+}
+
+struct Options {
+    flavours: Vec<Flavour>,
+    sizes: Vec<usize>,
+    in_flight: Vec<usize>,
+    kinds: Vec<Kind>,
+    rounds: usize,
+    phase: Duration,
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let options = options()?;
+    let addr = start_echo_server()?;
+    let current = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    println!(
+        "echo server on {addr}; {} rounds of {} ms per client and cell; load average {}",
+        options.rounds,
+        options.phase.as_millis(),
+        load_average()
+    );
+    let mut lines = Vec::new();
+    for &flavour in &options.flavours {
+        for &payload in &options.sizes {
+            for &in_flight in &options.in_flight {
+                let cell = Cell {
+                    flavour,
+                    payload,
+                    in_flight,
+                };
+                let kinds: Vec<Kind> = options
+                    .kinds
+                    .iter()
+                    .copied()
+                    .filter(|k| *k != Kind::C || flavour != Flavour::Smol)
+                    .collect();
+                let mut runs: Vec<Vec<Run>> = vec![Vec::new(); kinds.len()];
+                for round in 0..options.rounds {
+                    for turn in 0..kinds.len() {
+                        let i = (turn + round) % kinds.len();
+                        let run = match flavour {
+                            Flavour::CurrentThread => {
+                                current.block_on(tokio_run(kinds[i], addr, cell, options.phase))
+                            }
+                            Flavour::MultiThread => {
+                                multi.block_on(tokio_run(kinds[i], addr, cell, options.phase))
+                            }
+                            Flavour::Smol => {
+                                smol::block_on(smol_run(kinds[i], addr, cell, options.phase))
+                            }
+                        }?;
+                        runs[i].push(run);
+                    }
+                    eprint!(".");
+                }
+                let line = summary(cell, &kinds, &runs);
+                eprintln!("\n{line}");
+                lines.push(line);
+            }
+        }
+    }
+    println!("load average after the run {}", load_average());
+    println!(
+        "| runtime | payload | in flight | A req/s | B req/s | C req/s | A / B | A / C | allocations per request A / B / C | CPU µs per request A / B / C | p50 A / B / C |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for line in lines {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// One table row: medians over rounds, ratios as the median of per-round ratios.
+fn summary(cell: Cell, kinds: &[Kind], runs: &[Vec<Run>]) -> String {
+    let of = |kind: Kind| kinds.iter().position(|k| *k == kind).map(|i| &runs[i]);
+    let rate = |kind| {
+        of(kind).map_or("—".to_owned(), |r| {
+            format!("{:.0}", median(r, |r| r.rate))
+        })
+    };
+    let allocations = |kind| {
+        of(kind).map_or("—".to_owned(), |r| {
+            format!("{:.2}", median(r, |r| r.allocations))
+        })
+    };
+    let p50 = |kind| {
+        of(kind)
+            .filter(|_| cell.in_flight == 1)
+            .map_or("—".to_owned(), |r| {
+                format!(
+                    "{:.1} µs",
+                    median(r, |r| r.p50.unwrap_or_default().as_secs_f64() * 1e6)
+                )
+            })
+    };
+    let cpu = |kind| {
+        of(kind).map_or("—".to_owned(), |r| {
+            format!("{:.2}", median(r, |r| r.cpu.as_secs_f64() * 1e6))
+        })
+    };
+    let ratio = |other| match (of(Kind::A), of(other)) {
+        (Some(a), Some(o)) => {
+            let mut ratios: Vec<f64> = a.iter().zip(o).map(|(a, o)| a.rate / o.rate).collect();
+            format!("×{:.2}", median_of(&mut ratios))
+        }
+        _ => "—".to_owned(),
+    };
+    let size = if cell.payload >= 1024 {
+        format!("{} KiB", cell.payload / 1024)
+    } else {
+        format!("{} B", cell.payload)
+    };
+    format!(
+        "| {} | {size} | {} | {} | {} | {} | {} | {} | {} / {} / {} | {} / {} / {} | {} / {} / {} |",
+        cell.flavour.name(),
+        cell.in_flight,
+        rate(Kind::A),
+        rate(Kind::B),
+        rate(Kind::C),
+        ratio(Kind::B),
+        ratio(Kind::C),
+        allocations(Kind::A),
+        allocations(Kind::B),
+        allocations(Kind::C),
+        cpu(Kind::A),
+        cpu(Kind::B),
+        cpu(Kind::C),
+        p50(Kind::A),
+        p50(Kind::B),
+        p50(Kind::C),
+    )
+}
+
+fn median(runs: &[Run], figure: impl Fn(&Run) -> f64) -> f64 {
+    let mut values: Vec<f64> = runs.iter().map(figure).collect();
+    median_of(&mut values)
+}
+
+fn median_of(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+fn options() -> Result<Options, String> {
+    let mut given: HashMap<String, String> = HashMap::new();
+    for key in ["rt", "size", "inflight", "clients", "rounds", "ms"] {
+        if let Ok(value) = std::env::var(format!("KEEPWIRE_BENCH_{}", key.to_uppercase())) {
+            given.insert(key.to_owned(), value);
+        }
+    }
+    // `cargo bench` passes `--bench`; a plain harness ignores flags.
+    for arg in std::env::args().skip(1).filter(|a| !a.starts_with("--")) {
+        let (key, value) = arg
+            .split_once('=')
+            .ok_or_else(|| format!("expected KEY=VALUE, got {arg:?}"))?;
+        given.insert(key.to_owned(), value.to_owned());
+    }
+    let list = |key: &str, default: &str| -> Vec<String> {
+        given
+            .get(key)
+            .map_or(default, String::as_str)
+            .split(',')
+            .map(str::to_owned)
+            .collect()
+    };
+    let number = |s: &str| s.parse::<usize>().map_err(|e| format!("{s:?}: {e}"));
+    let flavours = list("rt", "ct,mt,smol")
+        .iter()
+        .map(|f| match f.as_str() {
+            "ct" => Ok(Flavour::CurrentThread),
+            "mt" => Ok(Flavour::MultiThread),
+            "smol" => Ok(Flavour::Smol),
+            other => Err(format!("unknown runtime {other:?} (ct, mt, smol)")),
+        })
+        .collect::<Result<_, _>>()?;
+    let kinds = list("clients", "A,B,C")
+        .iter()
+        .map(|k| match k.as_str() {
+            "A" | "a" => Ok(Kind::A),
+            "B" | "b" => Ok(Kind::B),
+            "C" | "c" => Ok(Kind::C),
+            other => Err(format!("unknown client {other:?} (A, B, C)")),
+        })
+        .collect::<Result<_, _>>()?;
+    let sizes: Vec<usize> = list("size", "64,16384")
+        .iter()
+        .map(|s| number(s))
+        .collect::<Result<_, _>>()?;
+    if let Some(too_long) = sizes.iter().find(|s| **s > PAYLOAD.len()) {
+        return Err(format!("payload {too_long} is over {}", PAYLOAD.len()));
+    }
+    Ok(Options {
+        flavours,
+        sizes,
+        in_flight: list("inflight", "1,64")
+            .iter()
+            .map(|s| number(s))
+            .collect::<Result<_, _>>()?,
+        kinds,
+        rounds: number(&list("rounds", "5")[0])?.max(1),
+        phase: Duration::from_millis(number(&list("ms", "400")[0])? as u64),
+    })
+}
+
+// ---- the load ----
+
+/// A client as the callers use it.
+trait Caller: Clone + Send + Sync + 'static {
+    /// Sends `payload`, returns the answer (`None` on any failure).
+    fn call(&self, payload: Bytes) -> impl Future<Output = Option<Bytes>> + Send + '_;
+}
+
+/// Where the callers run.
+trait Exec {
+    fn spawn<T: Send + 'static>(
+        &self,
+        task: impl Future<Output = T> + Send + 'static,
+    ) -> Pin<Box<dyn Future<Output = T> + Send>>;
+}
+
+struct Tokio;
+
+impl Exec for Tokio {
+    fn spawn<T: Send + 'static>(
+        &self,
+        task: impl Future<Output = T> + Send + 'static,
+    ) -> Pin<Box<dyn Future<Output = T> + Send>> {
+        let handle = tokio::spawn(task);
+        Box::pin(async move { handle.await.expect("a caller panicked") })
+    }
+}
+
+struct Smol;
+
+impl Exec for Smol {
+    fn spawn<T: Send + 'static>(
+        &self,
+        task: impl Future<Output = T> + Send + 'static,
+    ) -> Pin<Box<dyn Future<Output = T> + Send>> {
+        Box::pin(smol::spawn(task))
+    }
+}
+
+/// One caller's count.
+struct Tally {
+    done: u64,
+    failed: u64,
+    /// Nanoseconds per request, when recorded (kept within its first allocation).
+    latencies: Vec<u64>,
+}
+
+/// Warms up, then runs `cell.in_flight` callers back to back for `phase`.
+async fn measure(caller: &impl Caller, exec: &impl Exec, cell: Cell, phase: Duration) -> Run {
+    let payload = Bytes::from_static(&PAYLOAD[..cell.payload]);
+    load(caller, exec, cell, &payload, WARM_UP, false).await;
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let cpu_before = process_cpu();
+    let start = Instant::now();
+    let tallies = load(caller, exec, cell, &payload, phase, cell.in_flight == 1).await;
+    let elapsed = start.elapsed();
+    let cpu = process_cpu().saturating_sub(cpu_before);
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let done: u64 = tallies.iter().map(|t| t.done).sum();
+    let failed: u64 = tallies.iter().map(|t| t.failed).sum();
+    assert_eq!(failed, 0, "{cell:?}: {failed} requests failed");
+    let mut latencies: Vec<u64> = tallies.into_iter().flat_map(|t| t.latencies).collect();
+    latencies.sort_unstable();
+    Run {
+        rate: done as f64 / elapsed.as_secs_f64(),
+        allocations: allocations as f64 / done.max(1) as f64,
+        cpu: cpu / u32::try_from(done.max(1)).unwrap_or(u32::MAX),
+        p50: latencies
+            .get(latencies.len() / 2)
+            .map(|n| Duration::from_nanos(*n)),
+    }
+}
+
+/// User and system time of the whole process so far.
+fn process_cpu() -> Duration {
+    // SAFETY: `getrusage` fills the struct it is given; an all-zero `rusage` is valid.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+async fn load(
+    caller: &impl Caller,
+    exec: &impl Exec,
+    cell: Cell,
+    payload: &Bytes,
+    phase: Duration,
+    record: bool,
+) -> Vec<Tally> {
+    let end = Instant::now() + phase;
+    let tasks: Vec<_> = (0..cell.in_flight)
+        .map(|_| {
+            let (caller, payload) = (caller.clone(), payload.clone());
+            exec.spawn(async move {
+                let mut tally = Tally {
+                    done: 0,
+                    failed: 0,
+                    latencies: Vec::with_capacity(if record { 1 << 20 } else { 0 }),
+                };
+                loop {
+                    let began = Instant::now();
+                    if began >= end {
+                        return tally;
+                    }
+                    match caller.call(payload.clone()).await {
+                        Some(answer) if answer.len() == payload.len() => tally.done += 1,
+                        _ => tally.failed += 1,
+                    }
+                    if tally.latencies.len() < tally.latencies.capacity() {
+                        tally.latencies.push(began.elapsed().as_nanos() as u64);
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut tallies = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        tallies.push(task.await);
+    }
+    tallies
+}
+
+// ---- the clients on tokio ----
+
+async fn tokio_run(
+    kind: Kind,
+    addr: SocketAddr,
+    cell: Cell,
+    phase: Duration,
+) -> Result<Run, Box<dyn std::error::Error>> {
+    Ok(match kind {
+        Kind::A => {
+            let client = keepwire_tokio::client(Config::default())
+                .node(addr)
+                .build()?;
+            let caller = Keepwire::new(client.clone());
+            let run = measure(&caller, &Tokio, cell, phase).await;
+            client.shutdown().await;
+            run
+        }
+        Kind::B => {
+            let (caller, tasks) = hand_tokio::connect(addr).await?;
+            let run = measure(&caller, &Tokio, cell, phase).await;
+            drop(caller);
+            tasks.finish().await;
+            run
+        }
+        Kind::C => {
+            let (caller, tasks) = hand_tokio::connect_with_timeouts(addr).await?;
+            let run = measure(&caller, &Tokio, cell, phase).await;
+            drop(caller);
+            tasks.finish().await;
+            run
+        }
+    })
+}
+
+/// A: keepwire's `Client::send`, pinned to the one node.
+#[derive(Clone)]
+struct Keepwire {
+    client: keepwire_driver::Client,
+    target: Target,
+}
+
+impl Keepwire {
+    fn new(client: keepwire_driver::Client) -> Self {
+        let target = Target::Node(client.initial_nodes()[0]);
+        Self { client, target }
+    }
+}
+
+impl Caller for Keepwire {
+    async fn call(&self, payload: Bytes) -> Option<Bytes> {
+        self.client.send(self.target, payload, TIMEOUT).await.ok()
+    }
+}
+
+// ---- the clients on smol ----
+
+async fn smol_run(
+    kind: Kind,
+    addr: SocketAddr,
+    cell: Cell,
+    phase: Duration,
+) -> Result<Run, Box<dyn std::error::Error>> {
+    Ok(match kind {
+        Kind::A => {
+            let client = keepwire_smol::client(Config::default())
+                .node(addr)
+                .build()?;
+            let caller = Keepwire::new(client.clone());
+            let run = measure(&caller, &Smol, cell, phase).await;
+            client.shutdown().await;
+            run
+        }
+        Kind::B => {
+            let (caller, tasks) = hand_smol::connect(addr).await?;
+            let run = measure(&caller, &Smol, cell, phase).await;
+            drop(caller);
+            tasks.finish().await;
+            run
+        }
+        Kind::C => unreachable!("C is a tokio client"),
+    })
+}
