@@ -465,9 +465,8 @@ impl Driver {
             }
             _ => None,
         };
-        if self.encoded.capacity() < ENCODE_CHUNK / 4 {
-            self.encoded.reserve(ENCODE_CHUNK);
-        }
+        // Room for a ping (a codec that writes more grows the buffer).
+        self.chunks.reserve(&mut self.encoded, FRAME_HEADROOM);
         let (codec, encoded) = (&self.codec, &mut self.encoded);
         if !matches!(
             contain(|| codec.heartbeat(protocol_id, encoded)),
