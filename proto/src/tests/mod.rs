@@ -2,6 +2,8 @@
 //! adapter's part on request, and collects what the pool emits.
 
 mod availability;
+mod checks;
+mod connections;
 mod deadlines;
 mod health;
 mod in_order;

@@ -233,7 +233,11 @@ fn tombstones_behind_a_stuck_frame_are_compacted_once_they_outnumber_the_live_fr
         let (expected, compactions) = if k < 6 { (10, 0) } else { (3, 1) };
         assert_eq!(queue_len(&h, node), expected, "after {} drops", k + 1);
         let outbound = &h.pool.node(node).unwrap().outbound;
-        assert_eq!(outbound.compactions(), compactions, "the fuzz model's count");
+        assert_eq!(
+            outbound.compactions(),
+            compactions,
+            "the fuzz model's count"
+        );
     }
     h.pool.check_invariants().unwrap();
     // The live frames were renumbered: the kept one is found and dropped by its new number,
