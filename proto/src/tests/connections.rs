@@ -104,3 +104,27 @@ fn a_graceful_shutdown_closes_an_idle_ready_connection_without_draining() {
         "nothing to drain"
     );
 }
+
+#[test]
+fn the_timers_of_a_closed_connection_never_fire() {
+    let mut config = exact();
+    config.write_timeout = secs(10);
+    let mut h = Harness::new(config);
+    let node = h.add();
+    let conn = h.ready(node);
+    let id = h.submit(node, 10, secs(600)); // never written: its write timer runs
+    h.advance(secs(1));
+    h.pool
+        .handle_closed(h.now, conn, crate::Failure::Reset)
+        .unwrap();
+    h.collect();
+    assert!(matches!(
+        h.outcome(id),
+        Some(crate::Outcome::ConnectionLost(_))
+    ));
+    let before = h.pool.counters();
+    h.advance(secs(60));
+    let after = h.pool.counters();
+    assert_eq!(after.write_timeouts, 0, "the write timer went with the connection");
+    assert_eq!(after, before, "nothing happened since");
+}
