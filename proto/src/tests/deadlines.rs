@@ -1,5 +1,6 @@
-//! The timer heap's upkeep: entries whose timer was stopped or moved stay in the heap until
-//! they reach its top or the pool prunes them, and the pool prunes them before they pile up.
+//! The upkeep of the lazily pruned lists: timer-heap entries whose timer was stopped or
+//! moved, and awaited requests answered out of order, stay until the pool prunes them, which
+//! it does before they pile up.
 
 use super::{Harness, exact, secs};
 
@@ -35,4 +36,30 @@ fn deadlines_of_requests_that_ended_do_not_pile_up_in_the_timer_heap() {
             phase: crate::Phase::Queued
         })
     );
+}
+
+#[test]
+fn answered_requests_do_not_pile_up_in_the_awaited_list() {
+    let mut config = exact();
+    config.write_timeout = core::time::Duration::ZERO;
+    let mut h = Harness::new(config);
+    let node = h.add();
+    let conn = h.ready(node);
+    let unanswered = h.submit(node, 10, secs(3_600));
+    h.flush(conn);
+    // Answered by id, each request leaves a stale entry in the list of awaited requests
+    // (removal is lazy); the list is compacted as it outgrows the live requests.
+    for _ in 0..10_000 {
+        let id = h.submit(node, 10, secs(600));
+        h.flush(conn);
+        h.respond(conn, id);
+    }
+    let awaiting = h.pool.node(node).unwrap().awaiting_len();
+    assert!(awaiting <= 2 + 16 + 1, "{awaiting} entries for one awaited request");
+    // Compaction kept the one still awaited: an in-order response finds it.
+    let answered = h
+        .pool
+        .handle_next_response(h.now, conn, bytes::Bytes::from_static(b"ok"))
+        .unwrap();
+    assert_eq!(answered, Some(unanswered));
 }

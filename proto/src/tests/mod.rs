@@ -4,6 +4,7 @@
 mod availability;
 mod checks;
 mod connections;
+mod counters;
 mod deadlines;
 mod health;
 mod in_order;
