@@ -125,6 +125,9 @@ fn the_timers_of_a_closed_connection_never_fire() {
     let before = h.pool.counters();
     h.advance(secs(60));
     let after = h.pool.counters();
-    assert_eq!(after.write_timeouts, 0, "the write timer went with the connection");
+    assert_eq!(
+        after.write_timeouts, 0,
+        "the write timer went with the connection"
+    );
     assert_eq!(after, before, "nothing happened since");
 }
