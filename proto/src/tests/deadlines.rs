@@ -45,13 +45,16 @@ fn answered_requests_do_not_pile_up_in_the_awaited_list() {
     let mut h = Harness::new(config);
     let node = h.add();
     let conn = h.ready(node);
-    let unanswered = h.submit(node, 10, secs(3_600));
+    let unanswered = [
+        h.submit(node, 10, secs(3_600)),
+        h.submit(node, 10, secs(3_600)),
+    ];
     h.flush(conn);
     // Answered by id, each request leaves a stale entry in the list of awaited requests
     // (removal is lazy). A write report that completes a frame drops the stale entries once
-    // the list holds more than 2 x requests + 16: here 2 x 2 + 16 = 20 (the unanswered one
-    // and the one just written), so it grows to 20 and the report that makes it 21 brings it
-    // back to those 2.
+    // the list holds more than 2 x requests + 16: here 2 x 3 + 16 = 22 (the two unanswered
+    // ones and the one just written), so it grows to 22 and the report that makes it 23
+    // brings it back to those 3.
     let mut lengths = alloc::vec::Vec::new();
     for _ in 0..100 {
         let id = h.submit(node, 10, secs(600));
@@ -61,17 +64,20 @@ fn answered_requests_do_not_pile_up_in_the_awaited_list() {
     }
     assert_eq!(
         lengths.iter().max(),
-        Some(&20),
-        "never more than 20 after a report"
+        Some(&22),
+        "never more than 22 after a report"
     );
-    assert_eq!(
-        &lengths[..21],
-        &(2..=20).chain([2, 3]).collect::<alloc::vec::Vec<_>>()[..]
-    );
-    // Compaction kept the one still awaited: an in-order response finds it.
+    let expected: alloc::vec::Vec<usize> = (3..=22).chain([3, 4]).collect();
+    assert_eq!(&lengths[..22], &expected[..]);
+    // Compaction kept the ones still awaited: in-order responses find them, oldest first.
     let answered = h
         .pool
         .handle_next_response(h.now, conn, bytes::Bytes::from_static(b"ok"))
         .unwrap();
-    assert_eq!(answered, Some(unanswered));
+    assert_eq!(answered, Some(unanswered[0]));
+    let answered = h
+        .pool
+        .handle_next_response(h.now, conn, bytes::Bytes::from_static(b"ok"))
+        .unwrap();
+    assert_eq!(answered, Some(unanswered[1]));
 }
