@@ -25,3 +25,23 @@ fn accepted_submits_are_counted_and_refused_ones_are_not() {
     assert_eq!(refused, Err(SubmitError::NotWritable));
     assert_eq!(h.pool.counters().submitted, 2);
 }
+
+#[test]
+fn a_response_to_nothing_in_flight_counts_as_a_protocol_violation() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let conn = h.ready(node);
+    let stranger = crate::RequestId::new(77, 0);
+    let refused = h
+        .pool
+        .handle_response(h.now, conn, stranger, Bytes::from_static(b"?"));
+    assert_eq!(refused, Err(crate::HandleError::UnknownRequest));
+    assert_eq!(h.pool.counters().protocol_violations, 1, "by id");
+    let (conn, _) = h.open(node);
+    h.pool.handle_connected(h.now, conn).unwrap();
+    let refused = h
+        .pool
+        .handle_next_response(h.now, conn, Bytes::from_static(b"?"));
+    assert_eq!(refused, Err(crate::HandleError::UnknownRequest));
+    assert_eq!(h.pool.counters().protocol_violations, 2, "in order");
+}
