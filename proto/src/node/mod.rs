@@ -415,6 +415,12 @@ impl Node {
 
 #[cfg(any(test, feature = "fuzzing"))]
 impl Node {
+    /// Entries in the list of awaited requests, stale ones included (for tests of its upkeep).
+    #[cfg(test)]
+    pub(crate) fn awaiting_len(&self) -> usize {
+        self.awaiting.len()
+    }
+
     /// Checks the machine's own accounting against the request table.
     pub(crate) fn check_invariants(
         &self,

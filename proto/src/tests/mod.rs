@@ -2,6 +2,9 @@
 //! adapter's part on request, and collects what the pool emits.
 
 mod availability;
+mod checks;
+mod connections;
+mod counters;
 mod deadlines;
 mod detection;
 mod final_failures;
