@@ -109,11 +109,25 @@ equivalent_n=$((missed - unexplained_n))
 scored=$((caught + timeout + unexplained_n))
 score=$(awk -v c=$((caught + timeout)) -v n=$scored 'BEGIN { printf "%.1f", n ? 100 * c / n : 100 }')
 
+# Per file: caught (with timeouts) over caught + timeouts + unexplained missed.
+per_file() {
+  {
+    cat "$results/caught.txt" "$results/timeout.txt" 2>/dev/null | sed -E 's/^([^:]+):.*/\1 caught/'
+    printf '%s' "$unexplained" | sed -E 's/^([^:]+):.*/\1 missed/'
+  } | awk '
+    NF == 2 { n[$1]++; if ($2 == "caught") c[$1]++ }
+    END { for (f in n) printf "  %-32s %5.1f %% (%d of %d)\n", f, 100 * c[f] / n[f], c[f], n[f] }
+  ' | sort
+}
+
 {
   echo "cargo-mutants on keepwire-proto: ${files[*]}"
   echo "caught: $caught  missed: $missed (equivalent, per mutants-equivalent.txt: $equivalent_n)"
   echo "timeout: $timeout  unviable (did not build): $unviable"
   echo "score: $score % ($((caught + timeout)) of $scored viable, non-equivalent mutants caught)"
+  echo
+  echo "per file (the target is >= 90 % on each):"
+  per_file
   if [ -n "$unexplained" ]; then
     echo
     echo "missed, not explained in mutants-equivalent.txt (a test gap, or an equivalent mutant to list):"
