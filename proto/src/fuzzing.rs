@@ -130,6 +130,12 @@ pub enum Op {
     Sleep {
         early: u8,
     },
+    /// One request to the node, which a healthy peer answers at once ([`Op::Serve`]): a ready
+    /// connection busy for an instant, whose idle and heartbeat clocks restart.
+    Exchange {
+        node: u8,
+        len: u16,
+    },
 }
 
 /// What a session reached, so tests can see which mechanisms a corpus exercises.
@@ -308,6 +314,10 @@ struct Session {
 impl Session {
     fn new(config: Config, batch: usize) -> Self {
         let now = Instant::from_secs(1);
+        let trace = std::env::var("KEEPWIRE_FUZZ_TRACE").is_ok();
+        if trace {
+            std::eprintln!("{config:?}, batch {batch}");
+        }
         Self {
             pool: Pool::new(config.clone(), now).expect("valid by construction"),
             config,
@@ -323,7 +333,7 @@ impl Session {
             touched: BTreeSet::new(),
             handed: BTreeMap::new(),
             batch,
-            trace: std::env::var("KEEPWIRE_FUZZ_TRACE").is_ok(),
+            trace,
             panic: false,
             shut_down: false,
             removed: Vec::new(),
@@ -459,6 +469,13 @@ impl Session {
                 }
             }
             Op::Serve(i) => self.serve(i),
+            Op::Exchange { node, len } => {
+                if let Some(n) = self.node(node) {
+                    let deadline = Duration::from_secs(60);
+                    self.submit_frame(Target::Node(n), len % 512, deadline);
+                    self.serve(node);
+                }
+            }
             Op::Sleep { early } => {
                 if let Some(at) = self.pool.poll_timeout() {
                     let at = at - Duration::from_nanos(u64::from(early % 2));
