@@ -33,11 +33,19 @@ use core::time::Duration;
 use arbitrary::{Arbitrary, Unstructured};
 use bytes::Bytes;
 
+mod adapter;
 mod checks;
+mod commands;
+mod model;
+mod peer;
+mod timing;
+mod wire;
+
+use model::{Expected, Frame, NodeModel, Nodes, Req};
+use peer::{Stream, frame};
 
 use crate::{
-    Action, Config, ConnId, Event, Failure, Instant, NodeId, Outcome, Phase, Pool, RequestId, Sent,
-    Target, Violation,
+    Config, ConnId, Failure, Instant, NodeId, NodeState, Pool, RequestId, Target, Violation,
 };
 
 /// One step of a fuzzed session. Small integers pick among the nodes, connections and requests
@@ -116,6 +124,17 @@ pub enum Op {
         keep: Option<u8>,
         by_deadline: bool,
         then: StallEnd,
+    },
+    /// The adapter sleeps until the pool's next deadline ([`Pool::poll_timeout`]): exactly, or
+    /// (odd `early`) one nanosecond before it, when nothing may fire yet.
+    Sleep {
+        early: u8,
+    },
+    /// One request to the node, which a healthy peer answers at once ([`Op::Serve`]): a ready
+    /// connection busy for an instant, whose idle and heartbeat clocks restart.
+    Exchange {
+        node: u8,
+        len: u16,
     },
 }
 
@@ -238,75 +257,94 @@ fn config(u: &mut Unstructured<'_>) -> arbitrary::Result<Config> {
 /// The session: the pool, the scripted world around it, and the reference model.
 struct Session {
     pool: Pool,
+    /// The pool's config, as the model reads it.
+    config: Config,
     now: Instant,
     nodes: Vec<NodeId>,
     /// Every connection ever opened.
     conns: Vec<ConnId>,
     /// Bytes each connection's peer received, parsed into complete frames.
     streams: BTreeMap<ConnId, Stream>,
-    /// Accepted requests not yet ended.
-    open: BTreeSet<RequestId>,
+    /// Accepted requests not yet ended, as the model knows them.
+    reqs: BTreeMap<RequestId, Req>,
+    /// The open requests by deadline.
+    deadlines: BTreeSet<(Instant, RequestId)>,
     /// Requests that ended.
     ended: BTreeSet<RequestId>,
     /// Requests that ended with not one byte sent: none may ever reach a peer.
     never_sent: BTreeSet<RequestId>,
-    /// Requests some peer received a byte of.
+    /// Requests some peer received a frame header of.
     on_wire: BTreeSet<RequestId>,
-    /// Hand-outs from `poll_transmit` the adapter holds and has not reported yet.
-    handed: BTreeMap<ConnId, Vec<Bytes>>,
+    /// Requests and pings the kernel took a byte of.
+    touched: BTreeSet<RequestId>,
+    /// Hand-outs from `poll_transmit` the adapter holds and has not reported yet, with the
+    /// requests whose frames (or their rest) they carry.
+    handed: BTreeMap<ConnId, (Vec<Bytes>, Vec<RequestId>)>,
     /// The byte budget of each `poll_transmit`.
     batch: usize,
+    trace: bool,
     /// Panic mode, as the events said.
     panic: bool,
+    /// The pool was shut down (gracefully or not).
+    shut_down: bool,
     /// Handles of removed nodes.
     removed: Vec<NodeId>,
     /// A request just cancelled, until its `Cancelled` outcome is seen.
     cancelled: Option<RequestId>,
-    /// Each node's state, as its state-change events said.
-    states: BTreeMap<NodeId, crate::NodeState>,
     /// Heartbeats the pool asked for.
     pings: BTreeSet<RequestId>,
+    /// The model of each live node.
+    model: Nodes,
+    /// Frames not yet fully taken by the kernel (requests' and pings').
+    frames: BTreeMap<RequestId, Frame>,
+    /// Events the current input must produce.
+    expected: Vec<Expected>,
+    /// Connections opened by the current input, until their node's state change.
+    opens: Vec<(ConnId, Instant)>,
+    /// The current input moved requests by transparent retry.
+    retry_batch: bool,
+    /// The model's own counts of what the pool's counters count.
+    counts: crate::Counters,
     /// Each node's outbound compactions so far (removed nodes keep their last count).
     compactions: BTreeMap<NodeId, u64>,
     /// Evictions of a connection whose peer had received part of a frame.
     evicted_half_written: u64,
 }
 
-/// What a peer received on one connection: frames are `id (8 bytes) | len (2) | filler`.
-#[derive(Default)]
-struct Stream {
-    buf: Vec<u8>,
-    /// Complete frames not yet answered.
-    unanswered: Vec<RequestId>,
-    /// The frame whose header has arrived and whose body has not, if any.
-    arriving: Option<RequestId>,
-    /// Frames answered while still arriving: not answered again once complete.
-    answered_early: Vec<RequestId>,
-}
-
-const HEADER: usize = 10;
-const FILLER: u8 = 0x5A;
-
 impl Session {
     fn new(config: Config, batch: usize) -> Self {
         let now = Instant::from_secs(1);
+        let trace = std::env::var("KEEPWIRE_FUZZ_TRACE").is_ok();
+        if trace {
+            std::eprintln!("{config:?}, batch {batch}");
+        }
         Self {
-            pool: Pool::new(config, now).expect("valid by construction"),
+            pool: Pool::new(config.clone(), now).expect("valid by construction"),
+            config,
             now,
             nodes: Vec::new(),
             conns: Vec::new(),
             streams: BTreeMap::new(),
-            open: BTreeSet::new(),
+            reqs: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
             ended: BTreeSet::new(),
             never_sent: BTreeSet::new(),
             on_wire: BTreeSet::new(),
+            touched: BTreeSet::new(),
             handed: BTreeMap::new(),
             batch,
+            trace,
             panic: false,
+            shut_down: false,
             removed: Vec::new(),
             cancelled: None,
-            states: BTreeMap::new(),
             pings: BTreeSet::new(),
+            model: Nodes::default(),
+            frames: BTreeMap::new(),
+            expected: Vec::new(),
+            opens: Vec::new(),
+            retry_batch: false,
+            counts: crate::Counters::default(),
             compactions: BTreeMap::new(),
             evicted_half_written: 0,
         }
@@ -322,35 +360,40 @@ impl Session {
 
     fn step(&mut self, op: &Op) {
         let now = self.now;
+        if self.trace {
+            std::eprintln!("--- {now:?} {op:?}");
+        }
+        let connecting = |s: NodeState| s == NodeState::Connecting;
+        let handshaking = |s: NodeState| s == NodeState::Handshaking;
         match *op {
             Op::AddNode if self.nodes.len() < 4 => {
                 let port = 9000 + self.nodes.len() as u16;
-                self.nodes.push(
-                    self.pool
-                        .add_node(now, SocketAddr::from(([127, 0, 0, 1], port))),
-                );
+                let addr = SocketAddr::from(([127, 0, 0, 1], port));
+                let node = self.pool.add_node(now, addr);
+                self.nodes.push(node);
+                self.model.insert(node, NodeModel::new());
             }
             Op::AddNode => {}
             Op::RemoveNode(i) => {
                 if let Some(n) = self.node(i) {
                     self.pool.remove_node(now, n).unwrap();
+                    self.drain();
                     self.nodes.retain(|&m| m != n);
+                    self.model.remove(&n);
                     self.removed.push(n);
                 }
             }
-            Op::Disable(i) => self.with_node(i, |p, n| p.disable_node(now, n)),
-            Op::Enable(i) => self.with_node(i, |p, n| p.enable_node(now, n)),
-            Op::SetEpoch(i, e) => self.with_node(i, |p, n| p.set_epoch(now, n, u64::from(e % 3))),
-            Op::Evict(i) => self.with_node(i, |p, n| p.evict(now, n)),
+            Op::Disable(i) => self.with_node(i, op, |p, n| p.disable_node(now, n)),
+            Op::Enable(i) => self.with_node(i, op, |p, n| p.enable_node(now, n)),
+            Op::SetEpoch(i, e) => {
+                self.with_node(i, op, |p, n| p.set_epoch(now, n, u64::from(e % 3)))
+            }
+            Op::Evict(i) => self.with_node(i, op, |p, n| p.evict(now, n)),
             Op::Throttle(i, ms) => {
                 let until = now + Duration::from_millis(u64::from(ms));
-                self.with_node(i, |p, n| p.throttle(now, n, until));
+                self.with_node(i, op, |p, n| p.throttle(now, n, until));
             }
-            Op::Connect(i) => {
-                if let Some(n) = self.node(i) {
-                    let _ = self.pool.connect(now, n);
-                }
-            }
+            Op::Connect(i) => self.connect(i),
             Op::Select => {
                 self.pool.select(now);
                 self.pool
@@ -363,7 +406,8 @@ impl Session {
                 deadline_ms,
             } => self.submit(node, len, deadline_ms),
             Op::Cancel(i) => {
-                if let Some(&id) = self.open.iter().nth(i as usize % self.open.len().max(1)) {
+                let open = self.reqs.len().max(1);
+                if let Some(&id) = self.reqs.keys().nth(i as usize % open) {
                     self.cancel(id);
                 }
             }
@@ -374,18 +418,22 @@ impl Session {
                 by_deadline,
                 then,
             } => self.stall(node, pile, keep, by_deadline, then),
-            Op::Connected(i) => self.report(i, |p, c| p.handle_connected(now, c)),
-            Op::ConnectFailed(i) => {
-                self.report(i, |p, c| p.handle_connect_failed(now, c, Failure::Refused))
+            Op::Connected(i) => self.report(i, connecting, |p, c| p.handle_connected(now, c)),
+            Op::ConnectFailed(i) => self.report(i, connecting, |p, c| {
+                p.handle_connect_failed(now, c, Failure::Refused)
+            }),
+            Op::HandshakeDone(i) => {
+                self.report(i, handshaking, |p, c| p.handle_handshake_done(now, c))
             }
-            Op::HandshakeDone(i) => self.report(i, |p, c| p.handle_handshake_done(now, c)),
             Op::HandshakeFailed(i, kind) => {
                 let failure = match kind % 3 {
                     0 => crate::HandshakeFailure::Failed,
                     1 => crate::HandshakeFailure::AuthRefused,
                     _ => crate::HandshakeFailure::CertificateRejected,
                 };
-                self.report(i, |p, c| p.handle_handshake_failed(now, c, failure))
+                self.report(i, handshaking, |p, c| {
+                    p.handle_handshake_failed(now, c, failure)
+                })
             }
             Op::Write { node, accept } => self.write(node, usize::from(accept)),
             Op::Respond { node, pick } => self.respond(node, pick),
@@ -394,20 +442,21 @@ impl Session {
             Op::StaleNode(i, kind) => self.stale_node(i, kind),
             Op::Shutdown(n) => {
                 if n % 64 == 0 {
+                    self.shut_down = true;
                     self.pool.shutdown(now);
                     self.drain();
-                    assert!(self.open.is_empty(), "a hard shutdown ends every request");
+                    assert!(self.reqs.is_empty(), "a hard shutdown ends every request");
                 }
             }
-            Op::RespondUnknown(i, raw) => {
-                self.report(i, |p, c| {
-                    p.handle_response(now, c, RequestId::from_u64(raw), Bytes::new())
-                });
+            Op::RespondUnknown(i, raw) => self.respond_unknown(i, raw),
+            Op::Closed(i, kind) => {
+                self.report(i, |_| true, |p, c| p.handle_closed(now, c, failure(kind)))
             }
-            Op::Closed(i, kind) => self.report(i, |p, c| p.handle_closed(now, c, failure(kind))),
-            Op::Violation(i) => self.report(i, |p, c| {
-                p.handle_violation(now, c, Violation::MalformedHeader)
-            }),
+            Op::Violation(i) => self.report(
+                i,
+                |_| true,
+                |p, c| p.handle_violation(now, c, Violation::MalformedHeader),
+            ),
             Op::StaleReport { conn, kind } => self.stale_report(conn, kind),
             Op::Advance { micros } => {
                 self.advance(Duration::from_micros(u64::from(micros % 2_000_000)))
@@ -415,29 +464,22 @@ impl Session {
             Op::AdvanceLong { secs } => self.advance(Duration::from_secs(u64::from(secs % 10_000))),
             Op::ShutdownGracefully(n) => {
                 if n % 64 == 0 {
+                    self.shutting_down_gracefully();
                     self.pool.shutdown_gracefully(now);
                 }
             }
-            Op::Serve(i) => {
-                self.report(i, |p, c| p.handle_connected(now, c));
-                self.report(i, |p, c| p.handle_handshake_done(now, c));
-                self.write(i, usize::MAX);
-                while self
-                    .conn(i)
-                    .and_then(|c| self.streams.get(&c))
-                    .is_some_and(|s| !s.unanswered.is_empty())
-                {
-                    self.respond(i, 0);
+            Op::Serve(i) => self.serve(i),
+            Op::Exchange { node, len } => {
+                if let Some(n) = self.node(node) {
+                    let deadline = Duration::from_secs(60);
+                    self.submit_frame(Target::Node(n), len % 512, deadline);
+                    self.serve(node);
                 }
-                // Liveness: a ready connection whose socket took everything holds nothing.
-                if let Some(n) = self.node(i) {
-                    if self.pool.node_state(n) == Some(crate::NodeState::Ready) {
-                        assert_eq!(
-                            self.pool.pending_bytes(n),
-                            Some(0),
-                            "{n:?}: frames left behind on a ready connection that took all"
-                        );
-                    }
+            }
+            Op::Sleep { early } => {
+                if let Some(at) = self.pool.poll_timeout() {
+                    let at = at - Duration::from_nanos(u64::from(early % 2));
+                    self.advance(at - now);
                 }
             }
             Op::TimeGoesBack { micros } => {
@@ -453,75 +495,35 @@ impl Session {
         }
     }
 
-    /// Takes every hand-out the pool offers; each is for a current connection that has no
-    /// other hand-out outstanding. Hand-outs of connections that closed are forgotten.
-    fn stale_conns_transmit_nothing(&mut self) {
-        let pool = &self.pool;
-        self.handed
-            .retain(|conn, _| pool.current_conn(conn.node()) == Some(*conn));
-        let mut out = Vec::new();
-        while let Some(conn) = self.pool.poll_transmit(self.batch, &mut out) {
-            assert_eq!(
-                self.pool.current_conn(conn.node()),
-                Some(conn),
-                "bytes handed out for stale {conn:?}"
-            );
-            assert!(!out.is_empty(), "an empty hand-out for {conn:?}");
-            let first = out[0].len();
-            let total: usize = out.iter().map(Bytes::len).sum();
-            assert!(
-                out.len() == 1 || total <= self.batch.max(first),
-                "{conn:?}: {total} bytes handed out over a budget of {}",
-                self.batch
-            );
-            let previous = self.handed.insert(conn, core::mem::take(&mut out));
-            assert!(previous.is_none(), "{conn:?} handed out twice unreported");
-        }
-    }
-
+    /// An application command on a live node: accepted; the model hears of it first.
     fn with_node(
         &mut self,
         i: u8,
+        op: &Op,
         f: impl FnOnce(&mut Pool, NodeId) -> Result<(), crate::HandleError>,
     ) {
-        if let Some(n) = self.node(i) {
-            f(&mut self.pool, n).expect("a current node handle is accepted");
-        }
+        let Some(n) = self.node(i) else { return };
+        self.commanded(n, op);
+        f(&mut self.pool, n).expect("a current node handle is accepted");
+        self.drain();
     }
 
-    /// A report on the node's current connection; errors (wrong state) are fine, panics not.
+    /// A report on the node's current connection: accepted in the states `accepts` names
+    /// (the model's), refused as in the wrong state otherwise.
     fn report(
         &mut self,
         i: u8,
+        accepts: impl Fn(NodeState) -> bool,
         f: impl FnOnce(&mut Pool, ConnId) -> Result<(), crate::HandleError>,
     ) {
-        if let Some(c) = self.conn(i) {
-            let _ = f(&mut self.pool, c);
-        }
-    }
-
-    fn submit(&mut self, node: Option<u8>, len: u16, deadline_ms: u16) {
-        let target = match node.and_then(|i| self.node(i)) {
-            Some(n) => Target::Node(n),
-            None => Target::Best,
+        let Some(c) = self.conn(i) else { return };
+        let expected = if accepts(self.state_of(c.node())) {
+            Ok(())
+        } else {
+            Err(crate::HandleError::WrongState)
         };
-        let deadline = Duration::from_millis(u64::from(deadline_ms));
-        self.submit_frame(target, len % 512, deadline);
-    }
-
-    /// Submits a frame with a `body`-byte filler, due `deadline` from now: its id, if accepted.
-    fn submit_frame(&mut self, target: Target, body: u16, deadline: Duration) -> Option<RequestId> {
-        let id = self.pool.next_request_id();
-        let got = self
-            .pool
-            .submit(self.now, target, self.now + deadline, frame(id, body))
-            .ok()?;
-        assert_eq!(got, id, "next_request_id predicts the id");
-        assert!(
-            self.open.insert(id) && !self.ended.contains(&id),
-            "fresh id {id:?}"
-        );
-        Some(id)
+        assert_eq!(f(&mut self.pool, c), expected, "a report on {c:?}");
+        self.drain();
     }
 
     /// Cancels an open request: it ends `Cancelled` at once.
@@ -556,137 +558,44 @@ impl Session {
         for id in doomed {
             if by_deadline {
                 self.advance(Duration::from_micros(1));
-            } else if self.open.contains(&id) {
+            } else if self.reqs.contains_key(&id) {
                 self.cancel(id);
             }
         }
         if matches!(then, StallEnd::Evicted | StallEnd::EvictedThenServed) {
             let now = self.now;
-            self.with_node(i, |p, n| p.evict(now, n));
-            self.drain();
+            self.with_node(i, &Op::Evict(i), |p, n| p.evict(now, n));
         }
         if matches!(then, StallEnd::EvictedThenServed) {
-            self.step(&Op::Serve(i));
+            self.serve(i);
         }
     }
 
-    /// The node's socket takes up to `accept` bytes: the adapter writes what it holds for
-    /// that connection, then what the pool hands out next, until the socket is full.
-    fn write(&mut self, i: u8, accept: usize) {
-        let Some(conn) = self.conn(i) else { return };
-        let mut budget = accept;
-        let _ = self.pool.handle_writable(self.now, conn);
-        loop {
-            self.stale_conns_transmit_nothing();
-            let Some(bufs) = self.handed.remove(&conn) else {
-                break;
-            };
-            let total: usize = bufs.iter().map(Bytes::len).sum();
-            let n = total.min(budget);
-            let stream = self.streams.entry(conn).or_default();
-            let mut left = n;
-            for buf in &bufs {
-                let take = buf.len().min(left);
-                stream.buf.extend_from_slice(&buf[..take]);
-                left -= take;
-            }
-            self.pool
-                .handle_written(self.now, conn, n)
-                .expect("reporting what was handed out");
-            budget -= n;
-            if n < total || budget == 0 {
-                break;
-            }
+    /// A healthy peer's turn on the node: connect, handshake, accept every byte, answer all.
+    fn serve(&mut self, i: u8) {
+        let now = self.now;
+        let connecting = |s: NodeState| s == NodeState::Connecting;
+        self.report(i, connecting, |p, c| p.handle_connected(now, c));
+        let handshaking = |s: NodeState| s == NodeState::Handshaking;
+        self.report(i, handshaking, |p, c| p.handle_handshake_done(now, c));
+        self.write(i, usize::MAX);
+        while self
+            .conn(i)
+            .and_then(|c| self.streams.get(&c))
+            .is_some_and(|s| !s.unanswered.is_empty())
+        {
+            self.respond(i, 0);
         }
-        self.parse(conn);
-    }
-
-    /// Splits the peer's received bytes into frames; records which requests reached a wire.
-    /// Splits the peer's received bytes into frames: each arrives whole (its body untouched),
-    /// and no request's bytes ever reach a peer twice, on any connection.
-    fn parse(&mut self, conn: ConnId) {
-        let Some(stream) = self.streams.get_mut(&conn) else {
-            return;
-        };
-        while stream.buf.len() >= 8 {
-            let id = RequestId::from_u64(u64::from_be_bytes(stream.buf[..8].try_into().unwrap()));
-            if stream.arriving != Some(id) {
-                assert!(
-                    self.open.contains(&id) || self.ended.contains(&id) || self.pings.contains(&id),
-                    "{conn:?}: a frame header names no request: the stream lost its alignment"
+        // Liveness: a ready connection whose socket took everything holds nothing.
+        if let Some(n) = self.node(i) {
+            if self.pool.node_state(n) == Some(NodeState::Ready) {
+                assert_eq!(
+                    self.pool.pending_bytes(n),
+                    Some(0),
+                    "{n:?}: frames left behind on a ready connection that took all"
                 );
-                assert!(
-                    self.on_wire.insert(id),
-                    "{id:?} reached a peer a second time (on {conn:?})"
-                );
-                stream.arriving = Some(id);
             }
-            if stream.buf.len() < HEADER {
-                break;
-            }
-            let len = usize::from(u16::from_be_bytes([stream.buf[8], stream.buf[9]]));
-            if stream.buf.len() < HEADER + len {
-                break;
-            }
-            assert!(
-                stream.buf[HEADER..HEADER + len]
-                    .iter()
-                    .all(|&b| b == FILLER),
-                "{id:?} arrived corrupted"
-            );
-            stream.buf.drain(..HEADER + len);
-            if !stream.answered_early.contains(&id) {
-                stream.unanswered.push(id);
-            }
-            stream.arriving = None;
         }
-    }
-
-    /// The peer answers the request whose frame is still arriving (a response to a
-    /// half-written frame, which the pool accepts).
-    fn respond_arriving(&mut self, i: u8) {
-        let Some(conn) = self.conn(i) else { return };
-        let Some(stream) = self.streams.get_mut(&conn) else {
-            return;
-        };
-        // A peer answers each request once: not again while the rest of it is arriving.
-        let Some(id) = stream
-            .arriving
-            .filter(|id| !stream.answered_early.contains(id))
-        else {
-            return;
-        };
-        // Its bytes still count as arriving; the frame is finished later and then unanswered.
-        stream.answered_early.push(id);
-        let result = self
-            .pool
-            .handle_response(self.now, conn, id, Bytes::from_static(b"early"));
-        assert_eq!(
-            result,
-            Ok(()),
-            "a response to a half-written frame is accepted"
-        );
-    }
-
-    fn respond(&mut self, i: u8, pick: u16) {
-        let Some(conn) = self.conn(i) else { return };
-        let Some(stream) = self.streams.get_mut(&conn) else {
-            return;
-        };
-        if stream.unanswered.is_empty() {
-            return;
-        }
-        let id = stream
-            .unanswered
-            .remove(pick as usize % stream.unanswered.len());
-        let result = self
-            .pool
-            .handle_response(self.now, conn, id, Bytes::from_static(b"ok"));
-        assert_eq!(
-            result,
-            Ok(()),
-            "a response to a request the peer received is accepted"
-        );
     }
 
     fn stale_node(&mut self, i: u8, kind: u8) {
@@ -711,27 +620,10 @@ impl Session {
         assert_eq!(self.pool.node_state(node), None);
     }
 
-    fn respond_in_order(&mut self, i: u8) {
-        let Some(conn) = self.conn(i) else { return };
-        let Some(stream) = self.streams.get_mut(&conn) else {
-            return;
-        };
-        if stream.unanswered.is_empty() {
-            return;
-        }
-        let oldest = stream.unanswered.remove(0);
-        let live = self.open.contains(&oldest);
-        let result = self
-            .pool
-            .handle_next_response(self.now, conn, Bytes::from_static(b"ok"));
-        assert_eq!(
-            result,
-            Ok(live.then_some(oldest)),
-            "an in-order response answers the oldest request the peer received"
-        );
-    }
-
+    /// A report on a connection from the list of every connection ever opened: refused when
+    /// stale; on the current connection, accepted or refused as its state says.
     fn stale_report(&mut self, i: u16, kind: u8) {
+        use crate::HandleError::{Overwritten, StaleConn, WrongState};
         if self.conns.is_empty() {
             return;
         }
@@ -740,29 +632,46 @@ impl Session {
         if current && self.handed.contains_key(&conn) {
             return; // a report about a hand-out the adapter holds is the adapter's to make
         }
+        let state = self.model.get(&conn.node()).map(|n| n.state);
+        let connecting = state == Some(NodeState::Connecting);
         let now = self.now;
-        let result = match kind % 5 {
-            0 => self.pool.handle_closed(now, conn, Failure::Reset),
-            1 => self.pool.handle_written(now, conn, 1),
-            2 => self.pool.handle_connected(now, conn),
-            3 => self
-                .pool
-                .handle_violation(now, conn, Violation::MalformedHeader),
-            _ => self
-                .pool
-                .handle_connect_failed(now, conn, Failure::TimedOut),
+        let (result, expected) = match kind % 5 {
+            0 => (self.pool.handle_closed(now, conn, Failure::Reset), Ok(())),
+            1 => {
+                // Nothing is handed out: any byte reported is more than was.
+                let established = state.is_some_and(NodeState::is_established);
+                let expected = if established { Overwritten } else { WrongState };
+                (self.pool.handle_written(now, conn, 1), Err(expected))
+            }
+            2 => {
+                let expected = if connecting { Ok(()) } else { Err(WrongState) };
+                (self.pool.handle_connected(now, conn), expected)
+            }
+            3 => {
+                let violation = Violation::MalformedHeader;
+                (self.pool.handle_violation(now, conn, violation), Ok(()))
+            }
+            _ => {
+                let expected = if connecting { Ok(()) } else { Err(WrongState) };
+                let failure = Failure::TimedOut;
+                (
+                    self.pool.handle_connect_failed(now, conn, failure),
+                    expected,
+                )
+            }
         };
-        if !current {
-            assert_eq!(
-                result,
-                Err(crate::HandleError::StaleConn),
-                "stale {conn:?} refused"
-            );
-        }
+        let expected = if current { expected } else { Err(StaleConn) };
+        assert_eq!(
+            result, expected,
+            "a report on {conn:?} (current: {current})"
+        );
+        self.drain();
     }
 
     fn advance(&mut self, d: Duration) {
         self.now = self.now + d;
+        // What the nodes hold at the new instant, before its timers fire.
+        self.look_at_requests();
         self.pool.handle_timeout(self.now);
         self.drain();
         if let Some(next) = self.pool.poll_timeout() {
@@ -772,94 +681,7 @@ impl Session {
                 self.now
             );
         }
-    }
-
-    /// Drains actions and events into the model. Three heartbeats in four get their ping.
-    fn drain(&mut self) {
-        while let Some(action) = self.pool.poll_action() {
-            if let Action::Open { conn, .. } = action {
-                assert!(
-                    !self.conns.contains(&conn),
-                    "connection handles are never reused"
-                );
-                self.conns.push(conn);
-            }
-            if let Action::Heartbeat { conn, id } = action {
-                assert!(self.pings.insert(id), "heartbeat {id:?} asked for twice");
-                assert!(!self.open.contains(&id) && !self.ended.contains(&id));
-                // Slot and generation mixed: a reused slot gives a fresh decision.
-                let raw = id.as_u64();
-                if (raw ^ (raw >> 32)) % 4 != 0 {
-                    // The same input may have closed its connection since (another timer).
-                    let current = self.pool.current_conn(conn.node()) == Some(conn);
-                    let result = self.pool.submit_heartbeat(self.now, id, frame(id, 0));
-                    let expected = if current {
-                        Ok(())
-                    } else {
-                        Err(crate::HandleError::UnknownRequest)
-                    };
-                    assert_eq!(result, expected, "the ping of {id:?} on {conn:?}");
-                }
-            }
-        }
-        while let Some(event) = self.pool.poll_event() {
-            if let Event::Evicted { conn, .. } = event {
-                let partial = self.streams.get(&conn).is_some_and(|s| !s.buf.is_empty());
-                self.evicted_half_written += u64::from(partial);
-            }
-            if let Event::PanicMode { entered, .. } = event {
-                assert_ne!(entered, self.panic, "panic-mode events alternate");
-                self.panic = entered;
-            }
-            if let Event::StateChanged { node, from, to, .. } = event {
-                let known = self.states.insert(node, to);
-                assert!(from != to, "{node:?}: a state change to the same state");
-                if let Some(known) = known {
-                    assert_eq!(known, from, "{node:?}: events skipped a state change");
-                }
-            }
-            if let Event::RequestDone {
-                id, outcome, sent, ..
-            } = event
-            {
-                assert!(
-                    self.open.remove(&id),
-                    "{id:?} ended twice or was never accepted"
-                );
-                match sent {
-                    Sent::Nothing => assert!(
-                        !self.on_wire.contains(&id),
-                        "{id:?} ended as nothing sent, but a peer has its bytes"
-                    ),
-                    Sent::Fully => assert!(
-                        self.on_wire.contains(&id),
-                        "{id:?} ended as fully sent, but no peer has it"
-                    ),
-                    _ => {}
-                }
-                if self.cancelled == Some(id) {
-                    assert_eq!(outcome, Outcome::Cancelled, "{id:?} was cancelled");
-                    self.cancelled = None;
-                }
-                if matches!(outcome, Outcome::Response(_)) {
-                    assert!(
-                        matches!(sent, Sent::Partly | Sent::Fully),
-                        "{id:?} answered with {sent:?}"
-                    );
-                }
-                self.ended.insert(id);
-                if outcome
-                    == (Outcome::DeadlineExceeded {
-                        phase: Phase::Queued,
-                    })
-                {
-                    assert_eq!(sent, Sent::Nothing, "{id:?} dropped unsent");
-                }
-                if sent == Sent::Nothing {
-                    self.never_sent.insert(id);
-                }
-            }
-        }
+        self.check_due();
     }
 
     fn check(&self) -> Result<(), String> {
@@ -871,17 +693,15 @@ impl Session {
                 self.pool.in_panic()
             ));
         }
-        if let Some(id) = self.never_sent.intersection(&self.on_wire).next() {
-            return Err(format!("{id:?} ended as never sent but reached a peer"));
-        }
-        Ok(())
+        self.check_nodes()
     }
 
     fn finish(mut self) -> Result<(), String> {
+        self.shut_down = true;
         self.pool.shutdown(self.now);
         self.drain();
         self.check()?;
-        if let Some(id) = self.open.iter().next() {
+        if let Some(id) = self.reqs.keys().next() {
             return Err(format!("{id:?} never ended"));
         }
         if self.pool.poll_timeout().is_some() {
@@ -889,16 +709,6 @@ impl Session {
         }
         Ok(())
     }
-}
-
-/// A frame as the peers parse it: `id (8 bytes) | len (2) | len filler bytes`.
-fn frame(id: RequestId, len: u16) -> Bytes {
-    let len = len % 512;
-    let mut frame = Vec::with_capacity(HEADER + usize::from(len));
-    frame.extend_from_slice(&id.as_u64().to_be_bytes());
-    frame.extend_from_slice(&len.to_be_bytes());
-    frame.resize(HEADER + usize::from(len), FILLER);
-    Bytes::from(frame)
 }
 
 /// A socket failure (while connecting, a connect failure: a name that does not resolve is a

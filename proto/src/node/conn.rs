@@ -145,7 +145,9 @@ impl Node {
             return;
         }
         let idle = sink.config.idle_timeout;
-        if idle.is_zero() || !self.is_ready() || self.requests > 0 {
+        // A closing connection's requests end while the state still reads `Ready` but the
+        // connection is already gone: no idle timer may outlive it into the next one.
+        if idle.is_zero() || !self.is_ready() || self.conn.is_none() || self.requests > 0 {
             self.timers.stop(NodeTimer::Idle);
         } else if self.timers.get(NodeTimer::Idle).is_none() {
             self.arm(sink, NodeTimer::Idle, sink.now.expiry_after(idle));

@@ -690,6 +690,43 @@ fn an_idle_connection_expires_without_counting_as_a_failure() {
     assert_eq!(h.pool.node(n).unwrap().failures, 0);
 }
 
+/// Ending the requests of a connection that closes or is evicted must not leave an idle timer
+/// behind: the next connection's idle clock starts when it becomes ready, not at the close.
+#[test]
+fn the_next_connection_gets_its_own_idle_clock_after_a_close_or_eviction_with_requests() {
+    for evict in [false, true] {
+        let mut config = pool_config();
+        config.idle_timeout = secs(30);
+        let mut h = Harness::new(config);
+        let n = h.add();
+        let conn = h.ready(n);
+        h.submit(n, 10, secs(60));
+        h.flush(conn);
+        let lost_at = h.now;
+        if evict {
+            h.pool.evict(h.now, n).unwrap();
+        } else {
+            h.pool.handle_closed(h.now, conn, Failure::Reset).unwrap();
+        }
+        h.advance(secs(10));
+        let next = h.ready(n);
+        let ready_at = h.now;
+        h.take_actions();
+        h.advance_to(lost_at + secs(30) + Duration::from_nanos(1));
+        assert_eq!(h.pool.current_conn(n), Some(next), "evict: {evict}");
+        assert_eq!(
+            h.pool.poll_timeout(),
+            Some(ready_at + secs(30) + Duration::from_nanos(1))
+        );
+        h.advance_to(ready_at + secs(30) + Duration::from_nanos(1));
+        let close = Action::Close {
+            conn: next,
+            reason: CloseReason::Idle,
+        };
+        assert_eq!(h.take_actions(), [close], "evict: {evict}");
+    }
+}
+
 #[test]
 fn poll_timeout_with_100_000_pending_requests_returns_the_earliest_deadline() {
     let mut config = pool_config();
