@@ -1,27 +1,32 @@
-//! An operation interpreter and a small reference model, shared by the cargo-fuzz targets and
-//! the property tests (enabled by the `fuzzing` feature).
+//! An operation interpreter and a reference model, shared by the cargo-fuzz targets and the
+//! property tests (enabled by the `fuzzing` feature).
 //!
 //! [`run`] plays the application and a scripted adapter against a [`Pool`] from a list of
-//! [`Op`]s and checks after every step:
-//! - nothing panics, and the pool's own accounting is consistent ([`Pool::check_invariants`]:
-//!   pending bytes equal the sum of unaccepted frames, per node and in total; writability
-//!   follows the hysteresis rule);
-//! - no bytes are handed out for a closed or stale connection;
+//! [`Op`]s. The outputs of every pool call are drained into the model at once, and it checks:
+//! - nothing panics, and the pool's own accounting is consistent ([`Pool::check_invariants`]);
+//!   no bytes are handed out for a closed or stale connection;
 //! - every accepted request ends exactly once, a refused one never; after a final shutdown
 //!   every accepted request has ended;
-//! - a request that ended with not one byte sent (dropped at its deadline, cancelled while
-//!   queued, failed before its turn) never has a byte on any socket afterwards; a request's
-//!   bytes reach a peer once, whole and uncorrupted; what each outcome says was sent matches
-//!   what the peers received;
+//! - the peers (`peer.rs`) reassemble every frame: each arrives whole and once, and nothing
+//!   that ended unsent ever reaches a peer; what each outcome says was sent is exactly what
+//!   the kernel took (`wire.rs`);
+//! - the failure detector (`model.rs`): consecutive connection failures and request timeouts
+//!   per node against their thresholds, reset by a response, an answered heartbeat or a
+//!   readmission; every `Quarantined` and `Readmitted` event is one the model predicted, and
+//!   [`Pool::is_quarantined`] agrees;
+//! - timers (`timing.rs`): each fires no earlier than its config allows and no later than the
+//!   time step that passes its instant (setup timeout and backoffs within their jitter, write
+//!   timeouts, request deadlines, heartbeats and their deadlines, idle closes);
+//! - pending bytes per node from the model's own frames, and every writability flip: strictly
+//!   above the high watermark, below the low one, once per crossing, on that node;
+//! - results of commands and reports (`commands.rs`): `connect`, a submit to a named node, an
+//!   adapter report in the wrong state, a write report of more than was handed out; and every
+//!   field of [`Counters`](crate::Counters);
 //! - selection's index picks what a linear scan of the rule picks, from every offset;
-//! - state-change events chain (each `from` is the previous `to`), panic-mode events
-//!   alternate and match the pool, a cancelled request ends `Cancelled`, a stale node handle
-//!   is refused and changes nothing, a hard shutdown ends every request at once;
-//! - after `handle_timeout(now)`, nothing is due at or before `now`;
-//! - a heartbeat never ends with a `RequestDone`, its response (by id or in order) is
-//!   consumed, and an idle ready connection always has one due. The scripted adapter answers
-//!   most heartbeats' `Action::Heartbeat` with a ping frame and ignores the rest, as an adapter
-//!   without a ping may.
+//!   state-change events chain; panic-mode events alternate and match the pool.
+//!
+//! With `KEEPWIRE_FUZZ_TRACE` set, a session prints its config and every op, action and event
+//! (to replay a crash: `KEEPWIRE_FUZZ_TRACE=1 cargo fuzz run pool_ops <artifact>`).
 
 use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::format;
@@ -130,11 +135,15 @@ pub enum Op {
     Sleep {
         early: u8,
     },
-    /// One request to the node, which a healthy peer answers at once ([`Op::Serve`]): a ready
-    /// connection busy for an instant, whose idle and heartbeat clocks restart.
+    /// `wait_us` microseconds on, one request to the node, which a healthy peer answers at
+    /// once ([`Op::Serve`]): a ready connection busy for an instant, whose idle and heartbeat
+    /// clocks restart. With `abandon`, the application cancels it once written, before its
+    /// answer (which the peer still owes: a later response is a late one).
     Exchange {
         node: u8,
         len: u16,
+        wait_us: u16,
+        abandon: bool,
     },
 }
 
@@ -468,14 +477,13 @@ impl Session {
                     self.pool.shutdown_gracefully(now);
                 }
             }
-            Op::Serve(i) => self.serve(i),
-            Op::Exchange { node, len } => {
-                if let Some(n) = self.node(node) {
-                    let deadline = Duration::from_secs(60);
-                    self.submit_frame(Target::Node(n), len % 512, deadline);
-                    self.serve(node);
-                }
-            }
+            Op::Serve(i) => self.serve(i, None),
+            Op::Exchange {
+                node,
+                len,
+                wait_us,
+                abandon,
+            } => self.exchange(node, len, wait_us, abandon),
             Op::Sleep { early } => {
                 if let Some(at) = self.pool.poll_timeout() {
                     let at = at - Duration::from_nanos(u64::from(early % 2));
@@ -567,24 +575,38 @@ impl Session {
             self.with_node(i, &Op::Evict(i), |p, n| p.evict(now, n));
         }
         if matches!(then, StallEnd::EvictedThenServed) {
-            self.serve(i);
+            self.serve(i, None);
         }
     }
 
-    /// A healthy peer's turn on the node: connect, handshake, accept every byte, answer all.
-    fn serve(&mut self, i: u8) {
+    /// See [`Op::Exchange`].
+    fn exchange(&mut self, i: u8, len: u16, wait_us: u16, abandon: bool) {
+        let Some(node) = self.node(i) else { return };
+        self.advance(Duration::from_micros(u64::from(wait_us)));
+        let deadline = Duration::from_secs(60);
+        let id = self.submit_frame(Target::Node(node), len % 512, deadline);
+        let abandoned = id.filter(|_| abandon);
+        self.serve(i, abandoned);
+        if let Some(id) = abandoned.filter(|id| self.reqs.contains_key(id)) {
+            self.cancel(id);
+        }
+    }
+
+    /// A healthy peer's turn on the node: connect, handshake, accept every byte, answer all
+    /// but `owed`.
+    fn serve(&mut self, i: u8, owed: Option<RequestId>) {
         let now = self.now;
         let connecting = |s: NodeState| s == NodeState::Connecting;
         self.report(i, connecting, |p, c| p.handle_connected(now, c));
         let handshaking = |s: NodeState| s == NodeState::Handshaking;
         self.report(i, handshaking, |p, c| p.handle_handshake_done(now, c));
         self.write(i, usize::MAX);
-        while self
+        while let Some(at) = self
             .conn(i)
             .and_then(|c| self.streams.get(&c))
-            .is_some_and(|s| !s.unanswered.is_empty())
+            .and_then(|s| s.unanswered.iter().position(|&id| Some(id) != owed))
         {
-            self.respond(i, 0);
+            self.respond(i, at as u16);
         }
         // Liveness: a ready connection whose socket took everything holds nothing.
         if let Some(n) = self.node(i) {

@@ -5,7 +5,7 @@ use alloc::format;
 use alloc::string::String;
 use core::time::Duration;
 
-use super::model::{Expected, Req, Wire, reconnect_at};
+use super::model::{Expected, Req, reconnect_at};
 use super::{Op, Session, peer};
 use crate::{
     HandleError, NodeId, NodeState, Readmission, RequestId, SubmitError, Target, Unavailable,
@@ -141,13 +141,12 @@ impl Session {
             !self.reqs.contains_key(&id) && !self.ended.contains(&id),
             "fresh id {id:?}"
         );
-        let wire = Wire::Nothing;
         let req = Req {
             node,
             deadline,
             cost,
             retried: false,
-            wire,
+            complete: false,
         };
         self.reqs.insert(id, req);
         self.deadlines.insert((deadline, id));
@@ -164,7 +163,7 @@ impl Session {
     /// What a submit to `node` gets (DESIGN, "Semantics"): refused after shutdown, for a
     /// disabled node, in a final failure's backoff, quarantined outside panic mode,
     /// throttled, or without room.
-    pub(super) fn admission(&self, node: NodeId, cost: u64) -> Result<(), SubmitError> {
+    fn admission(&self, node: NodeId, cost: u64) -> Result<(), SubmitError> {
         let refuse = |why| Err(SubmitError::NodeUnavailable(why));
         let n = &self.model[&node];
         if self.shut_down {
@@ -190,7 +189,7 @@ impl Session {
 
     /// Whether `node` has room for a frame costing `cost`: writable, under its in-flight cap,
     /// and within its share of the memory budget once the budget would be exceeded.
-    pub(super) fn room(&self, node: NodeId, cost: u64) -> Result<(), SubmitError> {
+    fn room(&self, node: NodeId, cost: u64) -> Result<(), SubmitError> {
         let n = &self.model[&node];
         if !n.writable {
             return Err(SubmitError::NotWritable);

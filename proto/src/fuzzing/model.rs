@@ -9,9 +9,10 @@
 //! its frame reached a peer, so each outcome's [`Sent`] is predicted exactly. It counts what the
 //! pool's [`Counters`](crate::Counters) count.
 //!
-//! The one thing it takes from the pool rather than predicting is where a request without a
-//! named node went: selection (checked against a linear scan elsewhere) or a transparent
-//! retry picks it.
+//! What it takes from the pool rather than predicting: where a request went when the pool
+//! chose (selection, checked against a linear scan elsewhere, and transparent retries), and how
+//! many requests a node holds ([`Pool::in_flight`](crate::Pool::in_flight), which the pool's own
+//! invariants check against its request table), for when a node was last busy.
 
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
@@ -90,15 +91,8 @@ pub(super) struct Req {
     pub(super) deadline: Instant,
     pub(super) cost: u64,
     pub(super) retried: bool,
-    pub(super) wire: Wire,
-}
-
-/// How much of a request's frame reached a peer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Wire {
-    Nothing,
-    Partly,
-    Fully,
+    /// The kernel took its frame's last byte.
+    pub(super) complete: bool,
 }
 
 /// A frame not yet fully accepted (a request's or a ping's).
@@ -191,7 +185,7 @@ impl Nodes {
         self.0.iter().map(|(_, m)| m)
     }
 
-    pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut NodeModel> {
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut NodeModel> {
         self.0.iter_mut().map(|(_, m)| m)
     }
 }
@@ -283,7 +277,7 @@ impl Session {
         }
     }
 
-    pub(super) fn expected_seen(&mut self, seen: Expected) {
+    fn expected_seen(&mut self, seen: Expected) {
         let Some(at) = self.expected.iter().position(|&e| e == seen) else {
             panic!(
                 "{seen:?} without cause (the model expected {:?})",
@@ -293,7 +287,7 @@ impl Session {
         self.expected.remove(at);
     }
 
-    pub(super) fn request_done(
+    fn request_done(
         &mut self,
         id: RequestId,
         node: NodeId,
@@ -321,7 +315,7 @@ impl Session {
         }
         assert_eq!(
             sent,
-            self.sent_of(id, req.wire),
+            self.sent_of(id, req.complete),
             "{id:?} ended ({outcome:?}): what was sent"
         );
         if self.cancelled == Some(id) {
@@ -382,7 +376,7 @@ impl Session {
     }
 
     /// A request that reached its peer timed out: one more consecutive timeout.
-    pub(super) fn timed_out(&mut self, node: NodeId) {
+    fn timed_out(&mut self, node: NodeId) {
         let (threshold, shut_down) = (self.config.quarantine_after_timeouts, self.shut_down);
         let n = self.node_mut(node);
         n.timeouts += 1;
@@ -392,7 +386,7 @@ impl Session {
         }
     }
 
-    pub(super) fn state_changed(
+    fn state_changed(
         &mut self,
         node: NodeId,
         from: NodeState,
@@ -453,7 +447,7 @@ impl Session {
         self.counts.reconnects += u64::from(reconnect);
     }
 
-    pub(super) fn became_ready(&mut self, node: NodeId) {
+    fn became_ready(&mut self, node: NodeId) {
         let now = self.now;
         self.counts.ready += 1;
         let n = self.node_mut(node);
@@ -696,7 +690,7 @@ impl Session {
 
     /// An input moved requests of a failed connection, with not one byte sent, to a node the
     /// pool picked (transparent retries): they are queued there now, once.
-    pub(super) fn retries_found(&mut self) {
+    fn retries_found(&mut self) {
         let now = self.now;
         let mut moved = Vec::new();
         for (&id, r) in self.reqs.iter_mut().filter(|(_, r)| !r.retried) {

@@ -78,13 +78,13 @@ impl Session {
 
     /// When the write timeout of a ready connection whose oldest frame was queued at `oldest`
     /// is due: it fires when the time is past it.
-    pub(super) fn write_due(&self, node: NodeId, oldest: Instant) -> Option<Instant> {
+    fn write_due(&self, node: NodeId, oldest: Instant) -> Option<Instant> {
         let ready_at = self.model[&node].conn.and_then(|c| c.ready_at)?;
         Some(oldest.max(ready_at) + self.config.write_timeout)
     }
 
     /// The enqueue instant of each node's oldest live frame.
-    pub(super) fn oldest_frames(&self) -> BTreeMap<NodeId, Instant> {
+    fn oldest_frames(&self) -> BTreeMap<NodeId, Instant> {
         let mut oldest = BTreeMap::new();
         for f in self.frames.values() {
             oldest

@@ -5,7 +5,7 @@
 use alloc::vec::Vec;
 
 use super::Session;
-use super::model::{Frame, Ping, Wire};
+use super::model::{Frame, Ping};
 use crate::{ConnId, NodeId, NodeState, RequestId, Sent};
 
 impl Session {
@@ -65,7 +65,7 @@ impl Session {
     /// A frame's last byte reached its peer: the kernel took it all.
     pub(super) fn frame_completed(&mut self, id: RequestId) {
         if let Some(r) = self.reqs.get_mut(&id) {
-            r.wire = Wire::Fully;
+            r.complete = true;
         }
         self.frame_released(id);
     }
@@ -81,14 +81,6 @@ impl Session {
         self.writability_checked(conn.node());
     }
 
-    /// How much of a request's frame the kernel took: `wire` records only its completion.
-    pub(super) fn wire_of(&self, id: RequestId, wire: Wire) -> Wire {
-        match wire {
-            Wire::Nothing if self.touched.contains(&id) => Wire::Partly,
-            wire => wire,
-        }
-    }
-
     /// Every frame of the node goes (a close): no writability event.
     pub(super) fn frames_cleared(&mut self, node: NodeId) {
         self.frames.retain(|_, f| f.node != node);
@@ -98,17 +90,21 @@ impl Session {
         n.announced = true;
     }
 
-    pub(super) fn handed_out(&self, id: RequestId) -> bool {
+    fn handed_out(&self, id: RequestId) -> bool {
         self.handed.values().any(|(_, ids)| ids.contains(&id))
     }
 
-    /// What an outcome must say was sent of the request's frame.
-    pub(super) fn sent_of(&self, id: RequestId, wire: Wire) -> Sent {
-        match self.wire_of(id, wire) {
-            Wire::Fully => Sent::Fully,
-            Wire::Partly => Sent::Partly,
-            Wire::Nothing if self.handed_out(id) => Sent::Unknown,
-            Wire::Nothing => Sent::Nothing,
+    /// What an outcome must say was sent of a request's frame: all of it (`complete`), a byte
+    /// of it, none but it is handed out (the adapter has not said how much went), or nothing.
+    pub(super) fn sent_of(&self, id: RequestId, complete: bool) -> Sent {
+        if complete {
+            Sent::Fully
+        } else if self.touched.contains(&id) {
+            Sent::Partly
+        } else if self.handed_out(id) {
+            Sent::Unknown
+        } else {
+            Sent::Nothing
         }
     }
 
@@ -141,23 +137,15 @@ impl Session {
             .config
             .heartbeat
             .expect("a heartbeat needs Config::heartbeat");
-        let n = self.node_mut(conn.node());
-        assert_eq!(
-            n.state,
-            NodeState::Ready,
-            "{conn:?}: a ping while not ready"
-        );
-        let last_busy = n.last_busy;
-        let c = n.conn();
+        let state = self.state_of(conn.node());
+        assert_eq!(state, NodeState::Ready, "{conn:?}: a ping while not ready");
+        let idle_since = self.idle_since(conn.node(), true);
+        let c = self.node_mut(conn.node()).conn();
         assert_eq!(c.id, conn, "a ping on a connection that is not current");
         assert!(
             c.ping.is_none(),
             "{conn:?}: a second ping while one is outstanding"
         );
-        let ready_at = c.ready_at.expect("ready");
-        let idle_since = last_busy
-            .max(ready_at)
-            .max(c.answered_at.unwrap_or(ready_at));
         assert!(
             now > idle_since + heartbeat.interval,
             "{conn:?}: a ping at {now:?}, idle only since {idle_since:?}"
