@@ -54,6 +54,10 @@ export CARGO_PROFILE_MUTANTS_INHERITS=test
 export CARGO_PROFILE_MUTANTS_OPT_LEVEL=1
 export CARGO_PROFILE_MUTANTS_DEBUG=false
 export CARGO_PROFILE_MUTANTS_INCREMENTAL=true
+# cargo-mutants sets the test timeout from the unmutated run (about 20 s here); on a shared,
+# loaded machine a slow but passing run can exceed that and be scored a timeout, i.e. caught.
+# A mutant that loops still times out, only later.
+export CARGO_MUTANTS_MINIMUM_TEST_TIMEOUT=${CARGO_MUTANTS_MINIMUM_TEST_TIMEOUT:-60}
 
 status=0
 [ -n "${MUTANTS_REPORT_ONLY:-}" ] || cargo mutants \
