@@ -386,13 +386,7 @@ impl Session {
         }
     }
 
-    fn state_changed(
-        &mut self,
-        node: NodeId,
-        from: NodeState,
-        to: NodeState,
-        reason: Reason,
-    ) {
+    fn state_changed(&mut self, node: NodeId, from: NodeState, to: NodeState, reason: Reason) {
         let now = self.now;
         match reason {
             Reason::Demand | Reason::Probe => self.opened(node, from, reason == Reason::Probe),
