@@ -405,31 +405,12 @@ impl Driver {
             // The caller already left; its abandonment, queued behind this, finds no request.
             return;
         }
-        let protocol_id = match self.correlation {
-            Correlation::ById { bits } => match self.ids.next_free(bits) {
-                Some(id) => Some(id),
-                None => {
-                    let every = "every protocol id is in use by a request that may be answered";
-                    return answer(reply, Err(EncodeError::Invalid(every.into()).into()));
-                }
-            },
-            _ => None,
-        };
-        // Room for the payload and a header (a codec that writes more grows the buffer).
-        self.chunks
-            .reserve(&mut self.encoded, payload.len() + FRAME_HEADROOM);
-        let (codec, encoded) = (&self.codec, &mut self.encoded);
-        let framed = contain(|| codec.encode(payload, protocol_id, encoded));
-        let frame = match framed {
-            Ok(Ok(())) => self.encoded.split().freeze(),
-            Ok(Err(e)) => {
-                self.encoded.clear();
-                return answer(reply, Err(e.into()));
-            }
-            Err(_) => {
-                self.encoded.clear();
-                return answer(reply, Err(EncodeError::Panicked.into()));
-            }
+        let framed = self.frame(payload.len(), |codec, id, dst| {
+            codec.encode(payload, id, dst)
+        });
+        let (frame, protocol_id) = match framed {
+            Ok(framed) => framed,
+            Err(e) => return answer(reply, Err(e.into())),
         };
         match self.pool.submit(now, target, now + timeout, frame) {
             Ok(submitted) => {
@@ -451,31 +432,49 @@ impl Driver {
         }
     }
 
+    /// Frames one message into the shared chunk with `encode`: with a fresh protocol id for a
+    /// by-id codec, room for `len` bytes and a header reserved (a codec that writes more grows
+    /// the buffer), and the codec's panic contained. Returns the frame and its protocol id (not
+    /// yet mapped); on an error nothing is kept.
+    fn frame(
+        &mut self,
+        len: usize,
+        encode: impl FnOnce(&dyn Codec, Option<u64>, &mut BytesMut) -> Result<(), EncodeError>,
+    ) -> Result<(Bytes, Option<u64>), EncodeError> {
+        let protocol_id = match self.correlation {
+            Correlation::ById { bits } => Some(self.ids.next_free(bits).ok_or_else(|| {
+                let every = "every protocol id is in use by a request that may be answered";
+                EncodeError::Invalid(every.into())
+            })?),
+            _ => None,
+        };
+        self.chunks.reserve(&mut self.encoded, len + FRAME_HEADROOM);
+        let (codec, encoded) = (&*self.codec, &mut self.encoded);
+        match contain(|| encode(codec, protocol_id, encoded)) {
+            Ok(Ok(())) => Ok((self.encoded.split().freeze(), protocol_id)),
+            Ok(Err(e)) => {
+                self.encoded.clear();
+                Err(e)
+            }
+            Err(_) => {
+                self.encoded.clear();
+                Err(EncodeError::Panicked)
+            }
+        }
+    }
+
     /// Sends the codec's ping on `conn` for the heartbeat `id` the pool reserved. A ping the
     /// codec cannot frame (or no protocol id free) is not sent: its deadline then closes the
     /// connection as a heartbeat timeout, as for a ping that gets no answer.
     fn heartbeat(&mut self, now: Instant, conn: ConnId, id: RequestId) {
-        let protocol_id = match self.correlation {
-            Correlation::ById { bits } => {
-                self.sweep_ids();
-                match self.ids.next_free(bits) {
-                    Some(protocol_id) => Some(protocol_id),
-                    None => return,
-                }
-            }
-            _ => None,
-        };
-        // Room for a ping (a codec that writes more grows the buffer).
-        self.chunks.reserve(&mut self.encoded, FRAME_HEADROOM);
-        let (codec, encoded) = (&self.codec, &mut self.encoded);
-        if !matches!(
-            contain(|| codec.heartbeat(protocol_id, encoded)),
-            Ok(Some(Ok(())))
-        ) {
-            self.encoded.clear();
+        self.sweep_ids();
+        let framed = self.frame(0, |codec, protocol_id, dst| {
+            let none = || Err(EncodeError::Invalid("the codec has no ping".into()));
+            codec.heartbeat(protocol_id, dst).unwrap_or_else(none)
+        });
+        let Ok((frame, protocol_id)) = framed else {
             return;
-        }
-        let frame = self.encoded.split().freeze();
+        };
         if let Some(protocol_id) = protocol_id {
             self.ids.insert(protocol_id, id);
         }
