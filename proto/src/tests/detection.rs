@@ -12,7 +12,7 @@ use bytes::Bytes;
 use super::{Harness, ms, secs};
 use crate::{
     Action, CloseReason, Config, ConnId, Event, Failure, Heartbeat, Instant, NodeId, NodeState,
-    Outcome, Phase, Target, Violation,
+    Outcome, Phase, Violation,
 };
 
 const SEEDS: u64 = 200;
@@ -56,19 +56,21 @@ fn ready(config: Config) -> (Harness, NodeId, ConnId) {
     (h, node, conn)
 }
 
-/// Submits a request to `node` due in `within`.
-fn submit(h: &mut Harness, node: NodeId, within: Duration) -> crate::RequestId {
-    let id = h
-        .pool
-        .submit(
-            h.now,
-            Target::Node(node),
-            h.now + within,
-            Bytes::from_static(b"request"),
-        )
-        .unwrap();
+/// A fresh node whose first connect, made for a request waiting on it, fails with `failure`:
+/// checks that the request ended at that instant, with that failure.
+fn fail_the_connect_under_a_request(seed: u64, failure: Failure) -> (Harness, NodeId) {
+    let mut h = Harness::new(defaults(seed));
+    let node = h.add();
+    let id = h.submit(node, 16, secs(5));
+    let (conn, _) = h.expect_open();
+    h.pool.handle_connect_failed(h.now, conn, failure).unwrap();
     h.collect();
-    id
+    assert_eq!(
+        h.outcome(id),
+        Some(Outcome::ConnectionLost(CloseReason::ConnectFailed(failure))),
+        "ended at the failure's instant"
+    );
+    (h, node)
 }
 
 /// Unreachable host at connect: each attempt is given up at its setup timeout, 10 s ± 20 %
@@ -109,21 +111,7 @@ fn an_unreachable_host_is_given_up_within_12_s_growing_to_30_s() {
 fn a_refused_port_ends_waiting_requests_at_once_then_backs_off_up_to_1_s() {
     let mut worst = Duration::ZERO;
     for seed in 0..SEEDS {
-        let mut h = Harness::new(defaults(seed));
-        let node = h.add();
-        let id = submit(&mut h, node, secs(5));
-        let (conn, _) = h.expect_open();
-        h.pool
-            .handle_connect_failed(h.now, conn, Failure::Refused)
-            .unwrap();
-        h.collect();
-        assert_eq!(
-            h.outcome(id),
-            Some(Outcome::ConnectionLost(CloseReason::ConnectFailed(
-                Failure::Refused
-            ))),
-            "ended at the refusal's instant"
-        );
+        let (mut h, node) = fail_the_connect_under_a_request(seed, Failure::Refused);
         let first = h.reconnect_at(node) - h.now;
         assert!(first >= ms(40) && first <= ms(60), "{first:?}");
         for _ in 0..8 {
@@ -140,20 +128,7 @@ fn a_refused_port_ends_waiting_requests_at_once_then_backs_off_up_to_1_s() {
 fn a_missing_name_ends_waiting_requests_at_once_then_waits_24_to_36_s() {
     let (mut least, mut most) = (Duration::MAX, Duration::ZERO);
     for seed in 0..SEEDS {
-        let mut h = Harness::new(defaults(seed));
-        let node = h.add();
-        let id = submit(&mut h, node, secs(5));
-        let (conn, _) = h.expect_open();
-        h.pool
-            .handle_connect_failed(h.now, conn, Failure::NameNotFound)
-            .unwrap();
-        h.collect();
-        assert_eq!(
-            h.outcome(id),
-            Some(Outcome::ConnectionLost(CloseReason::ConnectFailed(
-                Failure::NameNotFound
-            )))
-        );
+        let (h, node) = fail_the_connect_under_a_request(seed, Failure::NameNotFound);
         let backoff = h.reconnect_at(node) - h.now;
         least = least.min(backoff);
         most = most.max(backoff);
@@ -169,7 +144,7 @@ fn a_frame_the_kernel_never_takes_closes_the_connection_at_10_s() {
     for seed in 0..SEEDS / 10 {
         let (mut h, node, _) = ready(defaults(seed));
         let queued = h.now;
-        submit(&mut h, node, secs(60));
+        h.submit(node, 16, secs(60));
         let (closed, reason) = next_close(&mut h, queued + secs(11));
         assert_eq!(reason, CloseReason::WriteTimeout);
         assert_eq!(closed - queued, secs(10) + NS, "strictly after 10 s");
@@ -181,7 +156,7 @@ fn a_frame_the_kernel_never_takes_closes_the_connection_at_10_s() {
 #[test]
 fn a_dripping_response_closes_the_connection_at_10_s() {
     let (mut h, node, conn) = ready(defaults(1));
-    submit(&mut h, node, secs(60));
+    h.submit(node, 16, secs(60));
     h.flush(conn);
     let began = h.now;
     h.pool.handle_received(h.now, conn, true).unwrap();
@@ -201,7 +176,7 @@ fn without_heartbeats_a_hung_server_costs_the_first_request_its_deadline() {
     let (mut h, node, conn) = ready(defaults(1));
     h.advance(secs(3_600));
     let sent = h.now;
-    let id = submit(&mut h, node, secs(5));
+    let id = h.submit(node, 16, secs(5));
     h.flush(conn);
     h.advance_to(sent + secs(5));
     assert_eq!(h.outcome(id), None, "not before its deadline");
