@@ -6,43 +6,18 @@
 //!
 //! `cargo bench -p keepwire-proto --bench lifecycle -- --warm-up-time 1 --measurement-time 3`
 #![allow(missing_docs)]
-#![allow(unsafe_code)] // the counting allocator and the thread's CPU clock below
+#![allow(unsafe_code)] // the counting allocator (support/counting.rs) and the thread's CPU clock below
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::VecDeque;
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use keepwire_proto::{Config, ConnId, Event, Instant, NodeId, Pool, Target};
 
-/// Counts every allocation, so the benchmark can state allocations per request.
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: delegates to the system allocator unchanged; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller's contract is passed on as is.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "support/counting.rs"]
+mod counting;
 
 const FRAME: &[u8] = b"a 32-byte request frame, say...!";
 
@@ -179,11 +154,11 @@ fn lifecycle(c: &mut Criterion) {
         let (mut pool, node, _, now) = busy_pool(pending);
         let mut bufs = Vec::with_capacity(16);
         keepwire_once(&mut pool, node, now, &mut bufs); // warm the free lists
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let before = counting::allocations();
         for _ in 0..10_000 {
             keepwire_once(&mut pool, node, now, &mut bufs);
         }
-        let per_request = (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / 10_000.0;
+        let per_request = (counting::allocations() - before) as f64 / 10_000.0;
         println!("keepwire, {pending} pending: {per_request:.2} allocations per request");
         let mut floor = Floor::with_pending(pending);
         floor.once(0);

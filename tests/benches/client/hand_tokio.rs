@@ -1,6 +1,7 @@
 //! B and C on tokio: the hand-written clients keepwire is measured against.
 
 use super::*;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};

@@ -26,16 +26,14 @@
 //! clients=A,B,C rounds=5 ms=400`. The same keys are read from `KEEPWIRE_BENCH_<KEY>`
 //! (e.g. `KEEPWIRE_BENCH_ROUNDS=9`).
 #![allow(missing_docs)]
-#![allow(unsafe_code)] // the counting allocator below, and nothing else
+#![allow(unsafe_code)] // the counting allocator (support/counting.rs), and nothing else
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,37 +41,14 @@ use bytes::{Bytes, BytesMut};
 use keepwire_driver::LengthPrefixed;
 use keepwire_tokio::{Config, Target};
 
-/// Counts every allocation, so the benchmark can state allocations per request.
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: delegates to the system allocator unchanged; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller's contract is passed on as is.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+#[path = "../../../proto/benches/support/counting.rs"]
+mod counting;
 
 mod echo;
 mod hand_smol;
 mod hand_tokio;
 
 use echo::start_echo_server;
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 const WARM_UP: Duration = Duration::from_millis(50);
@@ -395,13 +370,13 @@ struct Tally {
 async fn measure(caller: &impl Caller, exec: &impl Exec, cell: Cell, phase: Duration) -> Run {
     let payload = Bytes::from_static(&PAYLOAD[..cell.payload]);
     load(caller, exec, cell, &payload, WARM_UP, false).await;
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = counting::allocations();
     let cpu_before = process_cpu();
     let start = Instant::now();
     let tallies = load(caller, exec, cell, &payload, phase, cell.in_flight == 1).await;
     let elapsed = start.elapsed();
     let cpu = process_cpu().saturating_sub(cpu_before);
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let allocations = counting::allocations() - before;
     let done: u64 = tallies.iter().map(|t| t.done).sum();
     let failed: u64 = tallies.iter().map(|t| t.failed).sum();
     assert_eq!(failed, 0, "{cell:?}: {failed} requests failed");
