@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use keepwire_driver::{Backpressure, ClientBuilder, Runtime, SendError, Target};
+use keepwire_driver::{Backpressure, ClientBuilder, ClientService, Runtime, SendError, Target};
 use keepwire_proto::{Endpoint, Event};
 use keepwire_tests::names::Names;
 use keepwire_tests::peers::{Behaviour, Peer, RefusingPort};
@@ -187,6 +187,26 @@ async fn poll_ready_waits_out_the_in_flight_limit_and_wakes_when_a_slot_frees(
     client.shutdown().await;
 }
 
+/// `service` is not ready (`NoNode`) while a backoff that began at `since` runs, and its
+/// `poll_ready` wakes once the backoff ends: no sooner than `at_least_ms` after `since`.
+async fn blocked_until_the_backoff_ends(
+    runtime: &dyn Runtime,
+    service: &mut ClientService,
+    since: Instant,
+    at_least_ms: u64,
+) {
+    assert_eq!(service.backpressure(), Some(Backpressure::NoNode));
+    let ready = within(
+        runtime,
+        Duration::from_secs(2),
+        poll_fn(|cx| service.poll_ready(cx)),
+    )
+    .await;
+    assert_eq!(ready, Some(Ok(())), "woken when the backoff ended");
+    let waited = since.elapsed();
+    assert!(waited >= Duration::from_millis(at_least_ms), "{waited:?}");
+}
+
 async fn poll_ready_for_the_best_node_waits_out_a_reconnect_backoff(runtime: Arc<dyn Runtime>) {
     let port = RefusingPort::new();
     let mut config = test_config();
@@ -205,19 +225,7 @@ async fn poll_ready_for_the_best_node_waits_out_a_reconnect_backoff(runtime: Arc
         .service(Target::Best, Duration::from_secs(1))
         .await
         .unwrap();
-    assert_eq!(service.backpressure(), Some(Backpressure::NoNode));
-    let ready = within(
-        &*runtime,
-        Duration::from_secs(2),
-        poll_fn(|cx| service.poll_ready(cx)),
-    )
-    .await;
-    assert_eq!(ready, Some(Ok(())), "woken when the backoff ended");
-    assert!(
-        backoff_from.elapsed() >= Duration::from_millis(250),
-        "{:?}",
-        backoff_from.elapsed()
-    );
+    blocked_until_the_backoff_ends(&*runtime, &mut service, backoff_from, 250).await;
     // A removed node's service is done for good.
     let node = client.initial_nodes()[0];
     let mut pinned = client
@@ -258,19 +266,7 @@ async fn poll_ready_for_a_node_waits_out_a_final_failures_backoff(runtime: Arc<d
         .service(Target::Node(node), Duration::from_secs(1))
         .await
         .unwrap();
-    assert_eq!(service.backpressure(), Some(Backpressure::NoNode));
-    let ready = within(
-        &*runtime,
-        Duration::from_secs(2),
-        poll_fn(|cx| service.poll_ready(cx)),
-    )
-    .await;
-    assert_eq!(ready, Some(Ok(())), "woken when the final backoff ended");
-    assert!(
-        backoff_from.elapsed() >= Duration::from_millis(300),
-        "{:?}",
-        backoff_from.elapsed()
-    );
+    blocked_until_the_backoff_ends(&*runtime, &mut service, backoff_from, 300).await;
     let answer = service.call(&b"found"[..]).await;
     assert_eq!(answer.as_deref(), Ok(&b"found"[..]));
     client.shutdown().await;
