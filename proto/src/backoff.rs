@@ -161,6 +161,16 @@ mod tests {
     }
 
     #[test]
+    fn floor_and_ceil_round_to_the_whole_nanoseconds_around_a_value() {
+        // `delay` needs `libm_ceil` only when rounding carried the top draw onto `high`,
+        // which (below 2^52 ns) happens only for a whole `high`; these pin the other cases.
+        for (x, floor, ceil) in [(0.0, 0, 0), (2.5, 2, 3), (3.0, 3, 3), (7.000_001, 7, 8)] {
+            assert_eq!(libm_floor(x), floor, "floor({x})");
+            assert_eq!(libm_ceil(x), ceil, "ceil({x})");
+        }
+    }
+
+    #[test]
     fn huge_step_counts_do_not_overflow() {
         assert_eq!(reconnect().delay(u32::MAX, Unit::HALF), ms(1000));
         let b = Backoff {
