@@ -7,7 +7,6 @@
 
 use alloc::format;
 use alloc::string::String;
-use alloc::vec::Vec;
 
 use crate::Pool;
 
@@ -34,14 +33,15 @@ impl Pool {
     /// Checks the pool's own accounting; `Err` names the first inconsistency.
     pub fn check_invariants(&self) -> Result<(), String> {
         let slots = self.node_slots();
-        let mut on_stack = [0usize; SLOTS_ON_STACK];
-        let mut on_heap = Vec::new();
-        let held: &mut [usize] = if slots <= SLOTS_ON_STACK {
-            &mut on_stack[..slots]
+        if slots <= SLOTS_ON_STACK {
+            self.check_accounting(&mut [0; SLOTS_ON_STACK][..slots])
         } else {
-            on_heap.resize(slots, 0);
-            &mut on_heap[..]
-        };
+            self.check_accounting(&mut alloc::vec![0; slots])
+        }
+    }
+
+    /// [`Pool::check_invariants`], counting each node's requests in `held` (one per slot).
+    fn check_accounting(&self, held: &mut [usize]) -> Result<(), String> {
         for (id, r) in self.requests().iter() {
             let Ok(node) = self.node(r.node) else {
                 return Err(format!("{id:?} belongs to a removed node"));
