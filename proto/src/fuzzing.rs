@@ -46,7 +46,7 @@ mod peer;
 mod timing;
 mod wire;
 
-use model::{Expected, Frame, NodeModel, Nodes, Req};
+use model::{Expected, NodeModel, Nodes, Req};
 use peer::{Stream, frame};
 
 use crate::{
@@ -194,7 +194,7 @@ pub fn run(data: &[u8]) -> Reached {
     }
     let reached = Reached {
         counters: session.pool.counters(),
-        compactions: session.compactions.values().sum(),
+        compactions: session.compactions(),
         evicted_half_written: session.evicted_half_written,
     };
     session
@@ -305,7 +305,7 @@ struct Session {
     /// The model of each live node.
     model: Nodes,
     /// Frames not yet fully taken by the kernel (requests' and pings').
-    frames: BTreeMap<RequestId, Frame>,
+    frames: wire::Frames,
     /// Events the current input must produce.
     expected: Vec<Expected>,
     /// Connections opened by the current input, until their node's state change.
@@ -314,8 +314,8 @@ struct Session {
     retry_batch: bool,
     /// The model's own counts of what the pool's counters count.
     counts: crate::Counters,
-    /// Each node's outbound compactions so far (removed nodes keep their last count).
-    compactions: BTreeMap<NodeId, u64>,
+    /// Outbound compactions of the nodes removed so far (live nodes count their own).
+    removed_compactions: u64,
     /// Evictions of a connection whose peer had received part of a frame.
     evicted_half_written: u64,
 }
@@ -349,12 +349,12 @@ impl Session {
             cancelled: None,
             pings: BTreeSet::new(),
             model: Nodes::default(),
-            frames: BTreeMap::new(),
+            frames: wire::Frames::default(),
             expected: Vec::new(),
             opens: Vec::new(),
             retry_batch: false,
             counts: crate::Counters::default(),
-            compactions: BTreeMap::new(),
+            removed_compactions: 0,
             evicted_half_written: 0,
         }
     }
@@ -385,6 +385,8 @@ impl Session {
             Op::AddNode => {}
             Op::RemoveNode(i) => {
                 if let Some(n) = self.node(i) {
+                    let compactions = self.pool.node(n).map(|n| n.outbound.compactions());
+                    self.removed_compactions += compactions.expect("a live node");
                     self.pool.remove_node(now, n).unwrap();
                     self.drain();
                     self.nodes.retain(|&m| m != n);
@@ -498,9 +500,16 @@ impl Session {
         }
         self.drain();
         self.stale_conns_transmit_nothing();
-        for n in self.pool.live_nodes() {
-            self.compactions.insert(n.id(), n.outbound.compactions());
-        }
+    }
+
+    /// Outbound compactions so far, on every node the session had.
+    fn compactions(&self) -> u64 {
+        let live: u64 = self
+            .pool
+            .live_nodes()
+            .map(|n| n.outbound.compactions())
+            .sum();
+        self.removed_compactions + live
     }
 
     /// An application command on a live node: accepted; the model hears of it first.
@@ -709,11 +718,7 @@ impl Session {
     fn check(&self) -> Result<(), String> {
         self.pool.check_invariants()?;
         if self.panic != self.pool.in_panic() {
-            return Err(format!(
-                "events say panic {}, the pool {}",
-                self.panic,
-                self.pool.in_panic()
-            ));
+            return Err(panic_differs(self.panic));
         }
         self.check_nodes()
     }
@@ -731,6 +736,12 @@ impl Session {
         }
         Ok(())
     }
+}
+
+#[cold]
+#[inline(never)]
+fn panic_differs(events: bool) -> String {
+    format!("events say panic {events}, the pool {}", !events)
 }
 
 /// A socket failure (while connecting, a connect failure: a name that does not resolve is a

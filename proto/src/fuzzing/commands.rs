@@ -108,15 +108,14 @@ impl Session {
             _ if self.shut_down => Some(Err(SubmitError::NodeUnavailable(Unavailable::Shutdown))),
             _ => None,
         };
-        // Where selection may put it: a node with room.
-        let rooms: alloc::vec::Vec<_> = match target {
-            Target::Best => self
-                .model
-                .keys()
-                .map(|&n| (n, self.room(n, cost)))
-                .collect(),
-            _ => alloc::vec::Vec::new(),
-        };
+        // Where selection may put it: a node with room (at most four nodes: no allocation).
+        let mut rooms = [None; 4];
+        if target == Target::Best {
+            for (room, &n) in rooms.iter_mut().zip(self.model.keys()) {
+                *room = self.room(n, cost).is_ok().then_some(n);
+            }
+            debug_assert!(self.model.keys().count() <= rooms.len());
+        }
         let result = self.pool.submit(now, target, deadline, frame);
         match result {
             Err(SubmitError::NotWritable) => self.counts.unwritable_rejections += 1,
@@ -134,7 +133,7 @@ impl Session {
         assert_eq!(got, id, "next_request_id predicts the id");
         let node = self.pool.requests().get(id).expect("accepted").node;
         assert!(
-            target != Target::Best || rooms.contains(&(node, Ok(()))),
+            target != Target::Best || rooms.contains(&Some(node)),
             "{id:?} went to {node:?}, which had no room"
         );
         assert!(
@@ -221,26 +220,129 @@ impl Session {
                 pool.is_quarantined(node),
                 pool.node_state(node),
             );
-            let predicted = (
-                Some(n.pending),
-                Some(n.writable),
-                Some(n.quarantine.is_some()),
-                Some(n.state),
-            );
-            if seen != predicted || n.writable != n.announced {
-                return Err(format!(
-                    "{node:?}: (pending, writable, quarantined, state) {seen:?}, the model {predicted:?} (announced writable {})",
-                    n.announced
-                ));
+            // The same comparison as `seen == (Some(n.pending), ..)`, with the fields'
+            // differences folded into one test (see `counters_differ`).
+            let same = match seen {
+                (Some(pending), Some(writable), Some(quarantined), Some(state)) => {
+                    let folded = (pending ^ n.pending)
+                        | u64::from(writable ^ n.writable)
+                        | u64::from(quarantined ^ n.quarantine.is_some())
+                        | u64::from(n.writable ^ n.announced);
+                    core::hint::black_box(folded) == 0 && state == n.state
+                }
+                _ => false,
+            };
+            if !same {
+                let predicted = (
+                    Some(n.pending),
+                    Some(n.writable),
+                    Some(n.quarantine.is_some()),
+                    Some(n.state),
+                );
+                return Err(node_differs(node, seen, predicted, n.announced));
             }
         }
-        if self.pool.counters() != self.counts {
+        let counters = self.pool.counters();
+        if counters_differ(&counters, &self.counts) {
             return Err(format!(
-                "counters {:?}, the model counted {:?}",
-                self.pool.counters(),
+                "counters {counters:?}, the model counted {:?}",
                 self.counts
             ));
         }
         Ok(())
     }
+}
+
+type NodeView = (Option<u64>, Option<bool>, Option<bool>, Option<NodeState>);
+
+#[cold]
+#[inline(never)]
+fn node_differs(node: NodeId, seen: NodeView, predicted: NodeView, announced: bool) -> String {
+    format!(
+        "{node:?}: (pending, writable, quarantined, state) {seen:?}, the model {predicted:?} (announced writable {announced})"
+    )
+}
+
+/// Whether two sets of counters differ in any field: one comparison of the fields' folded
+/// differences instead of one per field (each an instrumented call under the fuzzer). Every
+/// field is named, so a new one cannot be left out.
+fn counters_differ(a: &crate::Counters, b: &crate::Counters) -> bool {
+    let crate::Counters {
+        write_timeouts: a0,
+        unwritable_rejections: a1,
+        memory_budget_rejections: a2,
+        in_flight_rejections: a3,
+        evictions: a4,
+        eviction_retries: a5,
+        setup_timeouts: a6,
+        request_timeouts: a7,
+        queued_deadline_drops: a8,
+        connects: a9,
+        reconnects: a10,
+        ready: a11,
+        quarantines: a12,
+        readmissions: a13,
+        probes: a14,
+        idle_closes: a15,
+        protocol_violations: a16,
+        submitted: a17,
+        responses: a18,
+        late_responses: a19,
+        transparent_retries: a20,
+        panics: a21,
+        heartbeats_sent: a22,
+        heartbeat_timeouts: a23,
+    } = *a;
+    let crate::Counters {
+        write_timeouts: b0,
+        unwritable_rejections: b1,
+        memory_budget_rejections: b2,
+        in_flight_rejections: b3,
+        evictions: b4,
+        eviction_retries: b5,
+        setup_timeouts: b6,
+        request_timeouts: b7,
+        queued_deadline_drops: b8,
+        connects: b9,
+        reconnects: b10,
+        ready: b11,
+        quarantines: b12,
+        readmissions: b13,
+        probes: b14,
+        idle_closes: b15,
+        protocol_violations: b16,
+        submitted: b17,
+        responses: b18,
+        late_responses: b19,
+        transparent_retries: b20,
+        panics: b21,
+        heartbeats_sent: b22,
+        heartbeat_timeouts: b23,
+    } = *b;
+    let folded = (a0 ^ b0)
+        | (a1 ^ b1)
+        | (a2 ^ b2)
+        | (a3 ^ b3)
+        | (a4 ^ b4)
+        | (a5 ^ b5)
+        | (a6 ^ b6)
+        | (a7 ^ b7)
+        | (a8 ^ b8)
+        | (a9 ^ b9)
+        | (a10 ^ b10)
+        | (a11 ^ b11)
+        | (a12 ^ b12)
+        | (a13 ^ b13)
+        | (a14 ^ b14)
+        | (a15 ^ b15)
+        | (a16 ^ b16)
+        | (a17 ^ b17)
+        | (a18 ^ b18)
+        | (a19 ^ b19)
+        | (a20 ^ b20)
+        | (a21 ^ b21)
+        | (a22 ^ b22)
+        | (a23 ^ b23);
+    // Opaque to the optimiser, which would otherwise split the fold back into 24 comparisons.
+    core::hint::black_box(folded) != 0
 }

@@ -326,9 +326,7 @@ impl Session {
         if sent == Sent::Nothing {
             self.never_sent.insert(id);
         }
-        if let Some(f) = self.frames.get_mut(&id) {
-            f.ended = true;
-        }
+        self.frames.mark_ended(&id);
         match outcome {
             Outcome::Response(_) => {
                 assert!(

@@ -12,7 +12,6 @@
 //! | idle close | `idle_timeout` after the ready connection last held a request (or became ready) |
 //! | readmission after the last probe | `probe_delay(failed probes)` after it failed (at, not past) |
 
-use alloc::collections::BTreeMap;
 use core::time::Duration;
 
 use super::Session;
@@ -62,12 +61,12 @@ impl Session {
             !limit.is_zero(),
             "{node:?}: a write timeout with none configured"
         );
-        let oldest = self.oldest_frames();
-        let oldest = oldest
-            .get(&node)
+        let oldest = self
+            .frames
+            .oldest(node)
             .expect("a write timeout with no frame pending");
         let due = self
-            .write_due(node, *oldest)
+            .write_due(node, oldest)
             .expect("a write timeout before ready");
         assert!(
             self.now > due,
@@ -81,18 +80,6 @@ impl Session {
     fn write_due(&self, node: NodeId, oldest: Instant) -> Option<Instant> {
         let ready_at = self.model[&node].conn.and_then(|c| c.ready_at)?;
         Some(oldest.max(ready_at) + self.config.write_timeout)
-    }
-
-    /// The enqueue instant of each node's oldest live frame.
-    fn oldest_frames(&self) -> BTreeMap<NodeId, Instant> {
-        let mut oldest = BTreeMap::new();
-        for f in self.frames.values() {
-            oldest
-                .entry(f.node)
-                .and_modify(|at: &mut Instant| *at = (*at).min(f.enqueued))
-                .or_insert(f.enqueued);
-        }
-        oldest
     }
 
     /// When a ready connection that holds no request may close as idle, or be sent a ping.
@@ -151,7 +138,6 @@ impl Session {
             );
         }
         let c = &self.config;
-        let oldest = self.oldest_frames();
         for (&node, n) in self.model.iter() {
             let late = |what: &str, due: Instant| {
                 assert!(
@@ -184,7 +170,7 @@ impl Session {
                 late("setup timeout", conn.setup_deadline);
                 continue;
             }
-            if let (Some(&at), false) = (oldest.get(&node), c.write_timeout.is_zero()) {
+            if let (Some(at), false) = (self.frames.oldest(node), c.write_timeout.is_zero()) {
                 late("write timeout", self.write_due(node, at).expect("ready"));
             }
             if let (Some(ping), Some(h)) = (conn.ping.filter(|p| p.timed), c.heartbeat) {

@@ -2,11 +2,89 @@
 //! (a request's or a ping's) and its cost in pending bytes, the writability flips those cause,
 //! what each request's outcome must say was sent, and the heartbeats the peers answer.
 
+use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;
 
 use super::Session;
 use super::model::{Frame, Ping};
-use crate::{ConnId, NodeId, NodeState, RequestId, Sent};
+use crate::{ConnId, Instant, NodeId, NodeState, RequestId, Sent};
+
+/// The frames not yet fully taken by the kernel, by request, and in the order each node's
+/// were queued: the oldest frame of a node (its write timeout's start) is one lookup, not a
+/// walk over every frame after every time step.
+#[derive(Default)]
+pub(super) struct Frames {
+    by_id: BTreeMap<RequestId, Frame>,
+    /// `(node, enqueued, id)` of every frame in `by_id`.
+    queued: BTreeSet<(NodeId, Instant, RequestId)>,
+}
+
+impl Frames {
+    pub(super) fn insert(&mut self, id: RequestId, f: Frame) {
+        if let Some(old) = self.by_id.insert(id, f) {
+            self.queued.remove(&(old.node, old.enqueued, id));
+        }
+        self.queued.insert((f.node, f.enqueued, id));
+    }
+
+    pub(super) fn remove(&mut self, id: &RequestId) -> Option<Frame> {
+        let f = self.by_id.remove(id)?;
+        self.queued.remove(&(f.node, f.enqueued, *id));
+        Some(f)
+    }
+
+    pub(super) fn get(&self, id: &RequestId) -> Option<&Frame> {
+        self.by_id.get(id)
+    }
+
+    pub(super) fn contains_key(&self, id: &RequestId) -> bool {
+        self.by_id.contains_key(id)
+    }
+
+    /// The request (or ping) of frame `id` ended: its frame is dropped if a write report
+    /// finds it unwritten.
+    pub(super) fn mark_ended(&mut self, id: &RequestId) {
+        if let Some(f) = self.by_id.get_mut(id) {
+            f.ended = true;
+        }
+    }
+
+    /// Keeps the frames `keep` says to keep.
+    pub(super) fn retain(&mut self, mut keep: impl FnMut(&RequestId, &Frame) -> bool) {
+        let queued = &mut self.queued;
+        self.by_id.retain(|id, f| {
+            let kept = keep(id, f);
+            if !kept {
+                queued.remove(&(f.node, f.enqueued, *id));
+            }
+            kept
+        });
+    }
+
+    /// The node's frames, in the order they were queued.
+    fn of(&self, node: NodeId) -> impl Iterator<Item = RequestId> + '_ {
+        let from = (node, Instant::ZERO, RequestId::from_u64(0));
+        self.queued
+            .range(from..)
+            .take_while(move |(n, ..)| *n == node)
+            .map(|&(.., id)| id)
+    }
+
+    /// Removes every frame of the node.
+    pub(super) fn clear(&mut self, node: NodeId) {
+        let ids: Vec<RequestId> = self.of(node).collect();
+        for id in ids {
+            self.remove(&id);
+        }
+    }
+
+    /// When the node's oldest frame was queued.
+    pub(super) fn oldest(&self, node: NodeId) -> Option<Instant> {
+        let from = (node, Instant::ZERO, RequestId::from_u64(0));
+        let &(n, at, _) = self.queued.range(from..).next()?;
+        (n == node).then_some(at)
+    }
+}
 
 impl Session {
     /// Takes the latest count of each node's requests ([`Pool::in_flight`](crate::Pool)): a
@@ -83,7 +161,7 @@ impl Session {
 
     /// Every frame of the node goes (a close): no writability event.
     pub(super) fn frames_cleared(&mut self, node: NodeId) {
-        self.frames.retain(|_, f| f.node != node);
+        self.frames.clear(node);
         let n = self.node_mut(node);
         n.pending = 0;
         n.writable = true;
@@ -184,9 +262,7 @@ impl Session {
                     timed: false,
                     ..ping
                 });
-                if let Some(f) = self.frames.get_mut(&ping.id) {
-                    f.ended = true;
-                }
+                self.frames.mark_ended(&ping.id);
             }
         }
     }
