@@ -105,3 +105,25 @@ fn a_throttle_and_a_backoff_end_on_time_in_the_index() {
         "a: never attempted"
     );
 }
+
+#[test]
+fn the_public_linear_scan_draws_and_picks_as_the_index_does() {
+    // Two pools with the same seed and nodes: one picks through the index, the other through
+    // `select_by_scan` (the benchmark's baseline); both draw the same offsets.
+    let (mut indexed, mut scanned) = (Harness::new(exact()), Harness::new(exact()));
+    for h in [&mut indexed, &mut scanned] {
+        let nodes: Vec<NodeId> = (0..5).map(|_| h.add()).collect();
+        h.ready(nodes[1]);
+        h.ready(nodes[3]);
+    }
+    let now = indexed.now;
+    let picks: Vec<_> = (0..20).map(|_| indexed.pool.select(now)).collect();
+    let scans: Vec<_> = (0..20).map(|_| scanned.pool.select_by_scan(now)).collect();
+    assert_eq!(picks, scans);
+    assert!(picks.iter().all(|p| matches!(p, crate::Selection::Ready(_))), "{picks:?}");
+    assert_eq!(
+        Harness::new(exact()).pool.select_by_scan(now),
+        crate::Selection::None { all_full: false },
+        "no node"
+    );
+}
