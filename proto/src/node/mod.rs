@@ -480,3 +480,53 @@ impl Node {
         self.conn.and_then(|c| c.heartbeat)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Heartbeat;
+    use core::time::Duration;
+
+    /// A node with a ready connection, built by hand so a check can be shown a broken state.
+    fn ready_node(requests: usize, heartbeat: Option<RequestId>) -> Node {
+        let id = NodeId {
+            index: 0,
+            generation: 0,
+        };
+        let mut node = Node::new(id, SocketAddr::from(([127, 0, 0, 1], 9000)).into());
+        node.state = NodeState::Ready;
+        node.conn = Some(Conn {
+            generation: 1,
+            ready_at: Some(Instant::from_secs(1)),
+            probe: false,
+            scheduled: false,
+            blocked: false,
+            partial_since: None,
+            heartbeat,
+        });
+        node.requests = requests;
+        node
+    }
+
+    #[test]
+    fn an_idle_ready_connection_without_a_heartbeat_timer_fails_its_check() {
+        let mut config = Config::default();
+        config.heartbeat = Some(Heartbeat {
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+        });
+        let ping = RequestId::new(7, 0);
+        // Idle (no request), or busy only with its outstanding ping: a timer must be armed.
+        for (requests, heartbeat) in [(0, None), (1, Some(ping))] {
+            let mut node = ready_node(requests, heartbeat);
+            let err = node.check_invariants(&config, requests).unwrap_err();
+            assert!(err.contains("no heartbeat timer"), "{err}");
+            node.timers.set(NodeTimer::Heartbeat, Instant::from_secs(2));
+            assert_eq!(node.check_invariants(&config, requests), Ok(()));
+        }
+        // Busy with a request and no ping out: no heartbeat is due.
+        assert_eq!(ready_node(1, None).check_invariants(&config, 1), Ok(()));
+        config.heartbeat = None;
+        assert_eq!(ready_node(0, None).check_invariants(&config, 0), Ok(()));
+    }
+}

@@ -351,9 +351,11 @@ impl Pool {
         let node = self
             .requests
             .get(id)
-            .filter(|r| r.heartbeat && !r.ended)
+            .filter(|r| r.heartbeat)
             .ok_or(HandleError::UnknownRequest)?
             .node;
+        // The node refuses a heartbeat that is no longer its connection's outstanding one
+        // (ended with its connection, or answered).
         self.command(now, node, |n, sink| n.submit_heartbeat(sink, id, frame))?
     }
 
