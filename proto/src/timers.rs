@@ -232,6 +232,52 @@ mod tests {
     }
 
     #[test]
+    fn a_retain_may_empty_the_heap_and_the_heap_keeps_working() {
+        let key = |i: u32| TimerKey::Request(RequestId::new(i, 0));
+        let mut heap = TimerHeap::default();
+        heap.retain(|_, _| false);
+        assert_eq!(heap.pop(), None);
+        for i in 0..9 {
+            heap.push(Instant::from_secs(u64::from(i % 3)), key(i));
+        }
+        heap.retain(|_, _| false);
+        assert_eq!((heap.len(), heap.peek()), (0, None));
+        heap.push(Instant::from_secs(5), key(1));
+        heap.push(Instant::from_secs(4), key(2));
+        assert_eq!(heap.pop(), Some((Instant::from_secs(4), key(2))));
+    }
+
+    #[test]
+    fn deep_heaps_pop_in_order_through_growing_and_shrinking_phases() {
+        // Many distinct instants and thousands of entries, so sifts run several levels deep
+        // between siblings' and cousins' subtrees.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for round in 0..4u32 {
+            let mut heap = TimerHeap::default();
+            let mut model: Vec<(Instant, TimerKey)> = Vec::new();
+            for step in 0..6_000u32 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Grow for the first half, then mostly shrink.
+                let push = if step < 3_000 { x % 4 != 0 } else { x % 4 == 0 };
+                if push {
+                    let entry = (
+                        Instant::from_nanos(x % 1_000_000),
+                        TimerKey::Request(RequestId::new(step, round)),
+                    );
+                    heap.push(entry.0, entry.1);
+                    model.push(entry);
+                } else {
+                    model.sort();
+                    let expected = (!model.is_empty()).then(|| model.remove(0));
+                    assert_eq!(heap.pop(), expected, "round {round} step {step}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn the_table_has_a_slot_for_every_timer() {
         let mut t = TimerTable::default();
         for (i, &timer) in NodeTimer::ALL.iter().enumerate() {

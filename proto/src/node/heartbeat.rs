@@ -10,6 +10,8 @@
 //! [`NodeTimer::Heartbeat`], holds the moment the next ping is due while none is outstanding,
 //! and the outstanding ping's deadline otherwise.
 
+use core::time::Duration;
+
 use bytes::Bytes;
 
 use super::{Conn, Node, Sink};
@@ -51,9 +53,10 @@ impl Node {
         if !self.is_ready() || self.requests > 0 {
             return;
         }
+        let deadline = sink.now + heartbeat.timeout;
         let id = sink.requests.insert(Request {
             node: self.id,
-            deadline: sink.now + heartbeat.timeout,
+            deadline,
             stage: Stage::Reserved,
             retried: false,
             pinned: true,
@@ -64,8 +67,8 @@ impl Node {
             c.heartbeat = Some(id);
         }
         sink.counters.heartbeats_sent += 1;
-        let at = sink.now.expiry_after(heartbeat.timeout);
-        self.arm(sink, NodeTimer::Heartbeat, at);
+        // Missed once more than `timeout` has passed, as a request's deadline is.
+        self.arm(sink, NodeTimer::Heartbeat, deadline.expiry_after(Duration::ZERO));
         let conn = self.conn_handle(conn.generation);
         sink.actions.push_back(Action::Heartbeat { conn, id });
     }
