@@ -68,7 +68,11 @@ impl Node {
         }
         sink.counters.heartbeats_sent += 1;
         // Missed once more than `timeout` has passed, as a request's deadline is.
-        self.arm(sink, NodeTimer::Heartbeat, deadline.expiry_after(Duration::ZERO));
+        self.arm(
+            sink,
+            NodeTimer::Heartbeat,
+            deadline.expiry_after(Duration::ZERO),
+        );
         let conn = self.conn_handle(conn.generation);
         sink.actions.push_back(Action::Heartbeat { conn, id });
     }

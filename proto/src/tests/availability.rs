@@ -485,3 +485,27 @@ fn a_refused_authentication_is_final_and_its_requests_are_not_retried() {
     );
     assert_eq!(h.pool.counters().transparent_retries, 0);
 }
+
+#[test]
+fn a_throttle_ends_at_its_instant_for_a_submit_to_the_node_as_for_selection() {
+    let mut h = Harness::new(exact());
+    let n = h.add();
+    h.ready(n);
+    let until = h.now + secs(1);
+    h.pool.throttle(h.now, n, until).unwrap();
+    let submit = |h: &mut Harness| {
+        h.pool
+            .submit(h.now, Target::Node(n), h.now + secs(60), Bytes::new())
+    };
+    h.advance_to(until - core::time::Duration::from_nanos(1));
+    assert_eq!(
+        submit(&mut h),
+        Err(SubmitError::NodeUnavailable(
+            crate::Unavailable::Throttled { until }
+        ))
+    );
+    assert_eq!(h.pool.select(h.now), Selection::None { all_full: false });
+    h.advance_to(until);
+    assert_eq!(h.pool.select(h.now), Selection::Ready(n));
+    assert!(submit(&mut h).is_ok());
+}

@@ -258,3 +258,27 @@ fn tombstones_behind_a_stuck_frame_are_compacted_once_they_outnumber_the_live_fr
     }
     h.pool.check_invariants().unwrap();
 }
+
+#[test]
+fn over_the_memory_budget_a_connection_may_grow_to_exactly_its_fair_share() {
+    let mut config = round();
+    config.high_watermark = 1 << 20;
+    config.low_watermark = 1 << 19;
+    config.memory_budget = Some(1_000);
+    let mut h = Harness::new(config);
+    let (a, b) = (h.add(), h.add());
+    h.ready(a);
+    h.ready(b);
+    h.submit(a, 600, secs(60));
+    // 600 + 501 is over the budget: the share is 1,000 / 2 holders = 500 bytes, which b's
+    // 501 would pass and its 500 reaches.
+    let submit = |h: &mut Harness, len: usize| {
+        let frame = Bytes::from(alloc::vec![0; len]);
+        h.pool
+            .submit(h.now, crate::Target::Node(b), h.now + secs(60), frame)
+    };
+    assert_eq!(submit(&mut h, 501), Err(crate::SubmitError::MemoryBudget));
+    assert!(submit(&mut h, 500).is_ok());
+    assert_eq!(h.pool.total_pending_bytes(), 1_100);
+    assert_eq!(submit(&mut h, 1), Err(crate::SubmitError::MemoryBudget));
+}

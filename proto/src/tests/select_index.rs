@@ -120,7 +120,12 @@ fn the_public_linear_scan_draws_and_picks_as_the_index_does() {
     let picks: Vec<_> = (0..20).map(|_| indexed.pool.select(now)).collect();
     let scans: Vec<_> = (0..20).map(|_| scanned.pool.select_by_scan(now)).collect();
     assert_eq!(picks, scans);
-    assert!(picks.iter().all(|p| matches!(p, crate::Selection::Ready(_))), "{picks:?}");
+    assert!(
+        picks
+            .iter()
+            .all(|p| matches!(p, crate::Selection::Ready(_))),
+        "{picks:?}"
+    );
     assert_eq!(
         Harness::new(exact()).pool.select_by_scan(now),
         crate::Selection::None { all_full: false },
