@@ -5,7 +5,7 @@
 # ("missed") is a gap in the tests, unless it is equivalent to the original code: those are
 # listed, each with its reason, in mutants-equivalent.txt and not counted against the score.
 #
-# Not run by CI: the whole core (967 mutants) takes about 2.5 hours on 2 cores with
+# Not run by CI: the whole core (967 mutants) takes about 2 h 45 min on 2 cores with
 # MUTANTS_JOBS=2 (MUTATION.md); run the files a change touched.
 #
 # Usage: scripts/mutants.sh [FILE...]
