@@ -42,7 +42,11 @@ impl Pool {
 
     /// [`Pool::check_invariants`], counting each node's requests in `held` (one per slot).
     fn check_accounting(&self, held: &mut [usize]) -> Result<(), String> {
+        // The timer heap holds exactly the armed node timers and the deadlines of the requests
+        // that have not ended: every entry is one of them, and there are as many as them.
+        let mut scheduled = 0;
         for (id, r) in self.requests().iter() {
+            scheduled += usize::from(!r.ended && !r.heartbeat);
             let Ok(node) = self.node(r.node) else {
                 return Err(format!("{id:?} belongs to a removed node"));
             };
@@ -57,10 +61,22 @@ impl Pool {
         }
         let mut total = 0;
         let mut census = crate::node::Census::default();
+        for (at, key) in self.timer_heap().iter() {
+            if !self.timer_valid(at, key) {
+                return Err(format!("stale timer entry {key:?} at {at:?}"));
+            }
+        }
         for n in self.live_nodes() {
+            scheduled += n.armed_timers();
             n.check_invariants(self.config(), held[n.id().index()])?;
             total += n.outbound.pending();
             census.add(n.census());
+        }
+        if scheduled != self.timer_heap().len() {
+            return Err(format!(
+                "{} timer entries for {scheduled} armed timers and live deadlines",
+                self.timer_heap().len()
+            ));
         }
         if census != self.census() {
             return Err(format!("census {:?} != counted {census:?}", self.census()));

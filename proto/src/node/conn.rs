@@ -51,7 +51,7 @@ impl Node {
         });
         self.want_connection = false;
         self.last_attempt = Some(now);
-        self.timers.stop(NodeTimer::Reconnect);
+        self.disarm(sink, NodeTimer::Reconnect);
         sink.counters.connects += 1;
         if reconnect {
             sink.counters.reconnects += 1;
@@ -110,7 +110,7 @@ impl Node {
         self.final_failure = None;
         self.disconnects = 0;
         self.failed_attempts = 0;
-        self.timers.stop(NodeTimer::Setup);
+        self.disarm(sink, NodeTimer::Setup);
         sink.counters.ready += 1;
         if probe {
             self.readmit(sink, Readmission::Probe);
@@ -148,7 +148,7 @@ impl Node {
         // A closing connection's requests end while the state still reads `Ready` but the
         // connection is already gone: no idle timer may outlive it into the next one.
         if idle.is_zero() || !self.is_ready() || self.conn.is_none() || self.requests > 0 {
-            self.timers.stop(NodeTimer::Idle);
+            self.disarm(sink, NodeTimer::Idle);
         } else if self.timers.get(NodeTimer::Idle).is_none() {
             self.arm(sink, NodeTimer::Idle, sink.now.expiry_after(idle));
         }
@@ -191,7 +191,7 @@ impl Node {
         let conn = self.conn.take();
         Self::forget_heartbeat(sink, conn);
         let had_requests = self.requests > 0;
-        self.stop_connection_timers();
+        self.stop_connection_timers(sink);
         self.want_connection = false;
         if let (Some(c), true) = (conn, tell_adapter) {
             let conn = self.conn_handle(c.generation);
@@ -226,7 +226,9 @@ impl Node {
         let retire =
             sink.shut_down || matches!(reason, CloseReason::NodeRemoved | CloseReason::Shutdown);
         if retire {
-            self.timers.stop_all();
+            for &timer in NodeTimer::ALL {
+                self.disarm(sink, timer);
+            }
             self.admission.quarantine = None;
             if prev != NodeState::Closed {
                 self.apply(sink, Input::Retire(reason));
@@ -266,7 +268,7 @@ impl Node {
         }
     }
 
-    fn stop_connection_timers(&mut self) {
+    fn stop_connection_timers(&mut self, sink: &mut Sink<'_>) {
         for timer in [
             NodeTimer::Setup,
             NodeTimer::WriteTimeout,
@@ -274,7 +276,7 @@ impl Node {
             NodeTimer::Frame,
             NodeTimer::Heartbeat,
         ] {
-            self.timers.stop(timer);
+            self.disarm(sink, timer);
         }
     }
 
@@ -328,7 +330,7 @@ impl Node {
         let Some(conn) = self.conn_id() else { return };
         Self::forget_heartbeat(sink, self.conn.take());
         self.want_connection = false;
-        self.stop_connection_timers();
+        self.stop_connection_timers(sink);
         sink.counters.evictions += 1;
         sink.events.push_back(Event::Evicted { conn, reason });
         sink.actions.push_back(Action::Close {

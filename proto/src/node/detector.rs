@@ -89,7 +89,7 @@ impl Node {
         }
         self.failures = 0;
         self.timeouts = 0;
-        self.timers.stop(NodeTimer::Probe);
+        self.disarm(sink, NodeTimer::Probe);
         sink.counters.readmissions += 1;
         sink.events.push_back(Event::Readmitted {
             node: self.id,

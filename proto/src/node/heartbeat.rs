@@ -32,7 +32,7 @@ impl Node {
             return;
         }
         if !self.is_ready() || self.requests > 0 {
-            self.timers.stop(NodeTimer::Heartbeat);
+            self.disarm(sink, NodeTimer::Heartbeat);
         } else if self.timers.get(NodeTimer::Heartbeat).is_none() {
             let at = sink.now.expiry_after(heartbeat.interval);
             self.arm(sink, NodeTimer::Heartbeat, at);
@@ -102,7 +102,7 @@ impl Node {
         sink.requests.remove(id);
         if let Some(c) = self.conn.as_mut().filter(|c| c.heartbeat == Some(id)) {
             c.heartbeat = None;
-            self.timers.stop(NodeTimer::Heartbeat);
+            self.disarm(sink, NodeTimer::Heartbeat);
         }
         self.failures = 0;
         self.after_request_change(sink);
@@ -115,7 +115,7 @@ impl Node {
         let Some(id) = self.conn.and_then(|c| c.heartbeat) else {
             return;
         };
-        self.timers.stop(NodeTimer::Heartbeat);
+        self.disarm(sink, NodeTimer::Heartbeat);
         let Some(stage) = sink.requests.get(id).map(|r| r.stage) else {
             return;
         };

@@ -23,6 +23,7 @@ impl Sink<'_> {
         }
         r.ended = true;
         let (node, retried) = (r.node, r.retried);
+        self.timers.cancel(TimerKey::Request(id));
         self.events.push_back(Event::RequestDone {
             id,
             node,
@@ -71,7 +72,7 @@ impl Node {
         debug_assert_eq!(inserted, id);
         sink.counters.submitted += 1;
         let at = deadline.expiry_after(core::time::Duration::ZERO);
-        sink.timers.push(at, TimerKey::Request(id));
+        sink.timers.schedule(at, TimerKey::Request(id));
         self.queue(sink, id, frame, cost);
         id
     }
@@ -286,7 +287,7 @@ impl Node {
         };
         match due {
             Some(at) => self.arm(sink, NodeTimer::WriteTimeout, at),
-            None => self.timers.stop(NodeTimer::WriteTimeout),
+            None => self.disarm(sink, NodeTimer::WriteTimeout),
         }
     }
 
@@ -327,7 +328,7 @@ impl Node {
         }
         if let Some(c) = self.conn.as_mut() {
             c.partial_since = None;
-            self.timers.stop(NodeTimer::Frame);
+            self.disarm(sink, NodeTimer::Frame);
         }
         let Some(r) = sink.requests.get(id) else {
             return Ok(());
@@ -404,7 +405,7 @@ impl Node {
         let Some(c) = self.conn.as_mut() else { return };
         if !partial || limit.is_zero() {
             c.partial_since = None;
-            self.timers.stop(NodeTimer::Frame);
+            self.disarm(sink, NodeTimer::Frame);
             return;
         }
         if c.partial_since.is_none() {

@@ -395,7 +395,15 @@ impl Node {
             return;
         }
         self.timers.set(timer, at);
-        sink.timers.push(at, TimerKey::Node(self.id, timer));
+        sink.timers.schedule(at, TimerKey::Node(self.id, timer));
+    }
+
+    /// Stops `timer`, taking its entry out of the pool's heap.
+    fn disarm(&mut self, sink: &mut Sink<'_>, timer: NodeTimer) {
+        if self.timers.get(timer).is_some() {
+            self.timers.stop(timer);
+            sink.timers.cancel(TimerKey::Node(self.id, timer));
+        }
     }
 
     /// A node timer came due.
@@ -419,6 +427,11 @@ impl Node {
     #[cfg(test)]
     pub(crate) fn awaiting_len(&self) -> usize {
         self.awaiting.len()
+    }
+
+    /// How many of its timers are armed (each has its one entry in the pool's heap).
+    pub(crate) fn armed_timers(&self) -> usize {
+        self.timers.armed()
     }
 
     /// Checks the machine's own accounting against the request table.

@@ -619,9 +619,10 @@ impl Pool {
                 break;
             }
             self.timers.pop();
-            if !self.timer_valid(at, key) {
-                continue;
-            }
+            debug_assert!(
+                self.timer_valid(at, key),
+                "stale timer entry {key:?} at {at:?}"
+            );
             let node = match key {
                 TimerKey::Node(node, _) => node,
                 TimerKey::Request(id) => match self.requests.get(id) {
@@ -634,7 +635,6 @@ impl Pool {
                 TimerKey::Request(id) => n.request_deadline(sink, id),
             });
         }
-        self.finish();
     }
 
     // ---------------------------------------------------------------------------------------

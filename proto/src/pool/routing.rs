@@ -1,5 +1,5 @@
 //! The pool's internals: routing every input to its node's machine with a borrowed sink,
-//! the checks a submit passes, panic mode, transparent retries and the timer heap's upkeep.
+//! the checks a submit passes, panic mode and transparent retries.
 
 use core::time::Duration;
 
@@ -9,7 +9,7 @@ use crate::ids::{ConnId, NodeId};
 use crate::node::{Node, Retry, Sink};
 use crate::select::{SelectIndex, Selection};
 use crate::time::Instant;
-use crate::timers::{NodeTimer, TimerKey};
+use crate::timers::TimerKey;
 
 impl Pool {
     pub(crate) fn node(&self, id: NodeId) -> Result<&Node, HandleError> {
@@ -35,10 +35,16 @@ impl Pool {
         self.census
     }
 
-    /// Entries in the timer heap, stale ones included (for tests of its upkeep).
+    /// The timer heap, to break it in tests of the consistency checks.
     #[cfg(test)]
-    pub(crate) fn timer_entries(&self) -> usize {
-        self.timers.len()
+    pub(crate) fn timer_heap_mut(&mut self) -> &mut crate::timers::TimerHeap {
+        &mut self.timers
+    }
+
+    /// The timer heap (for the consistency checks).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn timer_heap(&self) -> &crate::timers::TimerHeap {
+        &self.timers
     }
 
     /// Slots in the node table (live or free), for selection's offset.
@@ -163,6 +169,7 @@ impl Pool {
                     let _ = self.run_node(now, t, |n, sink| n.requeue(sink, id, frame, cost));
                 }
                 _ => {
+                    self.timers.cancel(TimerKey::Request(retry.id));
                     let r = self.requests.remove(retry.id);
                     if let Some(r) = r {
                         self.events.push_back(Event::RequestDone {
@@ -198,7 +205,7 @@ impl Pool {
         });
     }
 
-    /// An application command on one node: clamps `now`, runs it, tidies the timers.
+    /// An application command on one node: clamps `now`, runs it.
     pub(super) fn command<R>(
         &mut self,
         now: Instant,
@@ -206,9 +213,7 @@ impl Pool {
         f: impl FnOnce(&mut Node, &mut Sink<'_>) -> R,
     ) -> Result<R, HandleError> {
         let now = self.clock.advance(now);
-        let result = self.with_node(now, node, f);
-        self.finish();
-        result
+        self.with_node(now, node, f)
     }
 
     /// Runs `f` on every node's machine (in slot order).
@@ -220,11 +225,10 @@ impl Pool {
             };
             let _ = self.with_node(now, id, &mut f);
         }
-        self.finish();
     }
 
     /// Every adapter report: clamps `now`, checks that `conn` is current and in a state
-    /// `state_ok` accepts (else nothing changes), applies `apply`, then tidies the timers.
+    /// `state_ok` accepts (else nothing changes), applies `apply`.
     pub(super) fn report<R>(
         &mut self,
         now: Instant,
@@ -352,30 +356,16 @@ impl Pool {
         node.outbound.pending().saturating_add(cost) > share
     }
 
-    pub(super) fn timer_valid(&self, at: Instant, key: TimerKey) -> bool {
+    /// Whether the heap entry `(at, key)` is what its owner holds: the node's timer armed at
+    /// `at`, or a live request's deadline. Every entry is (the owners cancel what they stop),
+    /// which [`Pool::check_invariants`] checks.
+    pub(crate) fn timer_valid(&self, at: Instant, key: TimerKey) -> bool {
         match key {
             TimerKey::Node(node, timer) => self.node(node).is_ok_and(|n| n.timer_armed(timer, at)),
             TimerKey::Request(id) => self
                 .requests
                 .get(id)
                 .is_some_and(|r| !r.ended && r.deadline.expiry_after(Duration::ZERO) == at),
-        }
-    }
-
-    /// Ends every public call: discards stale timer entries off the top of the heap, so
-    /// [`Pool::poll_timeout`] is exact, and compacts the heap when stale entries pile up.
-    pub(super) fn finish(&mut self) {
-        while let Some((at, key)) = self.timers.peek() {
-            if self.timer_valid(at, key) {
-                break;
-            }
-            self.timers.pop();
-        }
-        let live = self.requests.len() + NodeTimer::ALL.len() * self.nodes.len();
-        if self.timers.len() > 4 * live + 64 {
-            let mut heap = core::mem::take(&mut self.timers);
-            heap.retain(|at, key| self.timer_valid(at, key));
-            self.timers = heap;
         }
     }
 }

@@ -17,3 +17,26 @@ fn a_node_that_miscounts_its_requests_fails_its_check() {
     let err = node.check_invariants(&config, 1).unwrap_err();
     assert!(err.contains("holds 1 requests, counted 0"), "{err}");
 }
+
+#[test]
+fn a_pool_whose_timer_heap_disagrees_with_its_owners_fails_its_check() {
+    use crate::timers::TimerKey;
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    h.ready(node);
+    let id = h.submit(node, 10, super::secs(30));
+    assert_eq!(h.pool.check_invariants(), Ok(()));
+    let deadline = h.pool.requests().get(id).unwrap().deadline;
+    let due = deadline.expiry_after(core::time::Duration::ZERO);
+    let key = TimerKey::Request(id);
+    // An entry at an instant the request does not hold is stale.
+    h.pool.timer_heap_mut().schedule(due + super::secs(1), key);
+    let err = h.pool.check_invariants().unwrap_err();
+    assert!(err.contains("stale timer entry"), "{err}");
+    h.pool.timer_heap_mut().schedule(due, key);
+    assert_eq!(h.pool.check_invariants(), Ok(()));
+    // A live deadline without its entry would never fire.
+    h.pool.timer_heap_mut().cancel(key);
+    let err = h.pool.check_invariants().unwrap_err();
+    assert!(err.contains("timer entries for"), "{err}");
+}
