@@ -7,7 +7,7 @@ use super::{Pool, Target};
 use crate::event::{CloseReason, Event, HandleError, NodeState, Sent, SubmitError, Unavailable};
 use crate::ids::{ConnId, NodeId};
 use crate::node::{Node, Retry, Sink};
-use crate::select::{SelectIndex, Selection};
+use crate::select::{Placement, SelectIndex, Selection};
 use crate::time::Instant;
 use crate::timers::TimerKey;
 
@@ -63,8 +63,16 @@ impl Pool {
         self.clock.advance(Instant::ZERO)
     }
 
-    /// The selection index, with time moved on to `now`.
+    /// The selection index, with every node an input touched placed anew and time moved on
+    /// to `now`.
     pub(crate) fn select_index(&mut self, now: Instant) -> &SelectIndex {
+        let (nodes, rule) = (&self.nodes, self.config.selection);
+        self.index.refresh(|slot| {
+            nodes[slot as usize]
+                .node
+                .as_ref()
+                .map_or(Placement::OUT, |n| n.placement(now, rule))
+        });
         self.index.advance(now);
         &self.index
     }
@@ -131,8 +139,7 @@ impl Pool {
         let after = node.census();
         self.census.remove(before);
         self.census.add(after);
-        let placement = node.placement(now, self.config.selection);
-        self.index.place(id.index, placement);
+        self.index.touch(id.index);
         Ok(result)
     }
 

@@ -1,7 +1,8 @@
 //! The selection index: node selection's answer in O(log n), the same one a linear scan of
 //! the rule gives (a property test holds it to the scan in `select.rs`).
 //!
-//! Every node has one [`Placement`], recomputed after each input that touches it. The index
+//! Every node has one [`Placement`], recomputed before a pick for each node an input touched
+//! since the last one (so a client that names its nodes never pays for the index). The index
 //! keeps, per placement class and for healthy and quarantined nodes apart, a segment tree over
 //! node slots holding each node's rank (in-flight load for ready nodes, failed attempts and last
 //! attempt for disconnected ones past their backoff). The rule's tie-break, "the first from a
@@ -56,6 +57,10 @@ const QUARANTINED: usize = 1;
 #[derive(Debug, Default)]
 pub(crate) struct SelectIndex {
     placements: Vec<Placement>,
+    /// Slots touched since the index last looked, whose placement may have changed.
+    touched: Vec<u32>,
+    /// Per slot: listed in `touched`.
+    is_touched: Vec<bool>,
     /// The latest time `pick` has seen (backoffs and throttles before it have passed).
     now: Instant,
     ready: [SegTree<usize>; 2],
@@ -79,6 +84,26 @@ impl Placement {
 }
 
 impl SelectIndex {
+    /// Notes that `slot`'s placement may have changed; [`SelectIndex::refresh`] places it.
+    pub(crate) fn touch(&mut self, slot: u32) {
+        let i = slot as usize;
+        if i >= self.is_touched.len() {
+            self.is_touched.resize(i + 1, false);
+        }
+        if !self.is_touched[i] {
+            self.is_touched[i] = true;
+            self.touched.push(slot);
+        }
+    }
+
+    /// Places every touched slot where `placement` says it now stands.
+    pub(crate) fn refresh(&mut self, mut placement: impl FnMut(u32) -> Placement) {
+        while let Some(slot) = self.touched.pop() {
+            self.is_touched[slot as usize] = false;
+            self.place(slot, placement(slot));
+        }
+    }
+
     /// Moves `slot` to `placement`.
     pub(crate) fn place(&mut self, slot: u32, placement: Placement) {
         let i = slot as usize;
