@@ -151,7 +151,9 @@ fn thread_cpu() -> Duration {
 fn lifecycle(c: &mut Criterion) {
     let mut group = c.benchmark_group("request_lifecycle");
     // `LIFECYCLE_PENDING=0` (say) runs one size alone, for a profiler.
-    let only: Option<usize> = std::env::var("LIFECYCLE_PENDING").ok().and_then(|v| v.parse().ok());
+    let only: Option<usize> = std::env::var("LIFECYCLE_PENDING")
+        .ok()
+        .and_then(|v| v.parse().ok());
     for pending in [0usize, 1_000, 100_000] {
         if only.is_some_and(|only| only != pending) {
             continue;

@@ -193,13 +193,23 @@ impl TimerHeap {
         &mut table[i]
     }
 
+    /// The position cell of an entry in the heap (its slot has one).
+    fn cell(&mut self, key: TimerKey) -> &mut u32 {
+        match key {
+            TimerKey::Node(node, timer) => {
+                &mut self.node_at[node.index as usize * NodeTimer::ALL.len() + timer as usize]
+            }
+            TimerKey::Request(id) => &mut self.request_at[id.slot()],
+        }
+    }
+
     /// Takes out the entry at `i`, filling its place with the last entry.
     fn remove_at(&mut self, i: usize) -> (Instant, TimerKey) {
         let removed = self.entries.swap_remove(i);
-        *self.slot_mut(removed.1) = ABSENT;
+        *self.cell(removed.1) = ABSENT;
         if i < self.entries.len() {
             let moved = self.entries[i];
-            *self.slot_mut(moved.1) = i as u32;
+            *self.cell(moved.1) = i as u32;
             if moved < removed {
                 self.sift_up(i);
             } else {
@@ -209,10 +219,10 @@ impl TimerHeap {
         removed
     }
 
-    /// Puts `entry` at `i` and records its position.
+    /// Puts `entry` (already in the heap) at `i` and records its position.
     fn put(&mut self, i: usize, entry: (Instant, TimerKey)) {
         self.entries[i] = entry;
-        *self.slot_mut(entry.1) = i as u32;
+        *self.cell(entry.1) = i as u32;
     }
 
     /// Moves the entry at `i` up to where its parent is earlier.
