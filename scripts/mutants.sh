@@ -18,6 +18,8 @@
 #   MUTANTS_JOBS  mutants built and tested at once (default 1; each needs its own build)
 #   MUTANTS_REPORT_ONLY=1  skip the run; write the report again from $MUTANTS_OUT/mutants.out
 #                 (after editing mutants-equivalent.txt)
+#   MUTANTS_IN_DIFF  a diff (git diff BASE -- proto/src > FILE): only the mutants on lines it
+#                 changes, for a change's own code in minutes instead of its files' hours
 # The report, $MUTANTS_OUT/report.txt, gives the counts, the score and each missed mutant that
 # mutants-equivalent.txt does not explain.
 set -euo pipefail
@@ -44,6 +46,9 @@ file_args=()
 for file in "${files[@]}"; do
   file_args+=(--file "$file")
 done
+if [ -n "${MUTANTS_IN_DIFF:-}" ]; then
+  file_args+=(--in-diff "$MUTANTS_IN_DIFF")
+fi
 
 out=${MUTANTS_OUT:-target/mutants}
 mkdir -p "$out"
