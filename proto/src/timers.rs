@@ -5,9 +5,9 @@
 //! A node's timers live in a [`TimerTable`] keyed by [`NodeTimer`] (as in quinn-proto). An
 //! entry in the heap is *valid* only while the table (or the request) still holds the same
 //! instant. Re-arming a timer moves its entry; stopping a timer or ending a request cancels
-//! its entry at once, so the heap holds the live deadlines and little else. The pool still
-//! drops any invalid entry that reaches the top after every input, so
-//! [`Pool::poll_timeout`](crate::Pool::poll_timeout) can be a pure, exact peek.
+//! its entry at once, so the heap holds exactly the armed timers and the live deadlines (the
+//! pool's consistency check says so) and [`Pool::poll_timeout`](crate::Pool::poll_timeout)
+//! is a pure, exact peek.
 
 use alloc::vec::Vec;
 
@@ -98,8 +98,7 @@ pub(crate) enum TimerKey {
 /// slot), so it holds at most one entry per slot: [`schedule`](Self::schedule) moves an
 /// existing entry (a re-armed timer, or a slot reused by a newer generation) instead of adding
 /// another, and [`cancel`](Self::cancel) takes a stopped timer or an ended request out at
-/// once. Stale entries the owners did not cancel are still possible (the pool drops them off
-/// the top), but they are bounded by the slots, not by the traffic.
+/// once. Its size is the number of armed timers and live deadlines, whatever the traffic.
 #[derive(Debug, Default)]
 pub(crate) struct TimerHeap {
     entries: Vec<(Instant, TimerKey)>,
@@ -157,6 +156,8 @@ impl TimerHeap {
         Some(self.remove_at(0))
     }
 
+    /// Entries in the heap (for the pool's consistency checks).
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
