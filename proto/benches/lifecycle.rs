@@ -4,6 +4,9 @@
 //! and 100,000 other requests pending. A counting allocator reports allocations per request,
 //! and the thread's CPU time per request is printed beside criterion's wall-clock figures.
 //!
+//! A second group, `pipeline`, runs a client's steady state: a window of 64 or 1,000 requests
+//! in flight, each step submitting one and answering the oldest, against a slab-and-FIFO floor.
+//!
 //! `cargo bench -p keepwire-proto --bench lifecycle -- --warm-up-time 1 --measurement-time 3`
 #![allow(missing_docs)]
 #![allow(unsafe_code)] // the counting allocator (support/counting.rs) and the thread's CPU clock below
@@ -14,7 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use keepwire_proto::{Config, ConnId, Event, Instant, NodeId, Pool, Target};
+use keepwire_proto::{Config, ConnId, Event, Instant, NodeId, Pool, RequestId, Target};
 
 #[path = "support/counting.rs"]
 mod counting;
@@ -148,14 +151,18 @@ fn thread_cpu() -> Duration {
     Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
+/// Whether to run the size `n`: `LIFECYCLE_SIZE=1000` (say) runs that size of each group
+/// alone, for a profiler.
+fn chosen(n: usize) -> bool {
+    let only = std::env::var("LIFECYCLE_SIZE").ok();
+    only.and_then(|v| v.parse::<usize>().ok())
+        .is_none_or(|only| only == n)
+}
+
 fn lifecycle(c: &mut Criterion) {
     let mut group = c.benchmark_group("request_lifecycle");
-    // `LIFECYCLE_PENDING=0` (say) runs one size alone, for a profiler.
-    let only: Option<usize> = std::env::var("LIFECYCLE_PENDING")
-        .ok()
-        .and_then(|v| v.parse().ok());
     for pending in [0usize, 1_000, 100_000] {
-        if only.is_some_and(|only| only != pending) {
+        if !chosen(pending) {
             continue;
         }
         let (mut pool, node, _, now) = busy_pool(pending);
@@ -187,5 +194,143 @@ fn lifecycle(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, lifecycle);
+/// A client's steady state: `window` requests in flight on one connection, each step
+/// submitting one more (with the same timeout, a microsecond later than the last) and
+/// answering the oldest, as a pipelined client does. Unlike the benchmark above, where every
+/// new deadline is the earliest, here each new deadline is the latest and each answered one the
+/// earliest: the deadline heap's usual case.
+struct Pipeline {
+    pool: Pool,
+    node: NodeId,
+    now: Instant,
+    in_flight: VecDeque<RequestId>,
+    bufs: Vec<Bytes>,
+}
+
+impl Pipeline {
+    fn new(window: usize) -> Self {
+        let (pool, node, _, now) = busy_pool(0);
+        let mut pipeline = Self {
+            pool,
+            node,
+            now,
+            in_flight: VecDeque::with_capacity(window + 1),
+            bufs: Vec::with_capacity(16),
+        };
+        for _ in 0..window {
+            pipeline.send();
+        }
+        pipeline
+    }
+
+    /// Submits one request and writes it.
+    fn send(&mut self) {
+        self.now = self.now + Duration::from_micros(1);
+        let deadline = self.now + Duration::from_secs(5);
+        let frame = Bytes::from_static(FRAME);
+        let id = self
+            .pool
+            .submit(self.now, Target::Node(self.node), deadline, frame)
+            .unwrap();
+        let conn = self.pool.poll_transmit(64 * 1024, &mut self.bufs).unwrap();
+        self.pool
+            .handle_written(self.now, conn, FRAME.len())
+            .unwrap();
+        self.in_flight.push_back(id);
+    }
+
+    /// One step: a new request out, the oldest answered.
+    fn step(&mut self) {
+        self.send();
+        let oldest = self.in_flight.pop_front().unwrap();
+        let conn = self.pool.current_conn(self.node).unwrap();
+        self.pool
+            .handle_response(self.now, conn, oldest, Bytes::from_static(b"ok"))
+            .unwrap();
+        while let Some(event) = self.pool.poll_event() {
+            black_box(matches!(event, Event::RequestDone { .. }));
+        }
+    }
+}
+
+/// The floor of a pipelined step: a slab and a FIFO of slots, the oldest answered.
+struct PipelineFloor {
+    floor: Floor,
+    in_flight: VecDeque<usize>,
+}
+
+impl PipelineFloor {
+    fn new(window: usize) -> Self {
+        let mut floor = Self {
+            floor: Floor::default(),
+            in_flight: VecDeque::with_capacity(window + 1),
+        };
+        for _ in 0..window {
+            floor.send();
+        }
+        floor
+    }
+
+    fn send(&mut self) {
+        let slot = match self.floor.free.pop() {
+            Some(slot) => {
+                self.floor.slots[slot] = Some((5, Bytes::from_static(FRAME)));
+                slot
+            }
+            None => {
+                self.floor.slots.push(Some((5, Bytes::from_static(FRAME))));
+                self.floor.slots.len() - 1
+            }
+        };
+        self.floor.queue.push_back(slot);
+        let sending = self.floor.queue.pop_front().unwrap();
+        black_box(self.floor.slots[sending].as_ref().map(|(_, b)| b.len()));
+        self.in_flight.push_back(slot);
+    }
+
+    fn step(&mut self) {
+        self.send();
+        let oldest = self.in_flight.pop_front().unwrap();
+        let (_, frame) = self.floor.slots[oldest].take().unwrap();
+        drop(frame);
+        self.floor.free.push(oldest);
+        self.floor
+            .events
+            .push_back((oldest, Bytes::from_static(b"ok")));
+        while let Some(event) = self.floor.events.pop_front() {
+            black_box(event);
+        }
+    }
+}
+
+fn pipeline(c: &mut Criterion) {
+    let mut group = c.benchmark_group("pipeline");
+    for window in [64usize, 1_000] {
+        if !chosen(window) {
+            continue;
+        }
+        let mut keepwire = Pipeline::new(window);
+        let mut floor = PipelineFloor::new(window);
+        let before = counting::allocations();
+        for _ in 0..10_000 {
+            keepwire.step();
+        }
+        let per_request = (counting::allocations() - before) as f64 / 10_000.0;
+        println!("pipeline, {window} in flight: {per_request:.2} allocations per request");
+        let (keepwire_cpu, floor_cpu) = cpu_per_request(|| keepwire.step(), || floor.step());
+        println!(
+            "pipeline, {window} in flight: {keepwire_cpu:.0} ns of thread CPU time per request, \
+             floor {floor_cpu:.0} ns (median of {CPU_ROUNDS} interleaved rounds)"
+        );
+        group.bench_function(BenchmarkId::new("keepwire", window), |b| {
+            b.iter(|| keepwire.step());
+        });
+        group.bench_function(BenchmarkId::new("floor", window), |b| {
+            b.iter(|| floor.step());
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, lifecycle, pipeline);
 criterion_main!(benches);
