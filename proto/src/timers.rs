@@ -114,6 +114,11 @@ const ARITY: usize = 4;
 /// No entry for this slot.
 const ABSENT: u32 = u32::MAX;
 
+/// Where in `node_at` the position of `node`'s `timer` is.
+fn node_cell(node: NodeId, timer: NodeTimer) -> usize {
+    node.index as usize * NodeTimer::ALL.len() + timer as usize
+}
+
 impl TimerHeap {
     /// Schedules `key` at `at`, replacing the entry its slot holds (of this key or of an older
     /// generation of the slot).
@@ -171,9 +176,7 @@ impl TimerHeap {
     /// Where the entry of `key`'s slot is (of any generation).
     fn position(&self, key: TimerKey) -> Option<usize> {
         let at = match key {
-            TimerKey::Node(node, timer) => self
-                .node_at
-                .get(node.index as usize * NodeTimer::ALL.len() + timer as usize),
+            TimerKey::Node(node, timer) => self.node_at.get(node_cell(node, timer)),
             TimerKey::Request(id) => self.request_at.get(id.slot()),
         };
         at.copied().filter(|&i| i != ABSENT).map(|i| i as usize)
@@ -182,10 +185,7 @@ impl TimerHeap {
     /// The position cell of `key`'s slot, grown into existence.
     fn slot_mut(&mut self, key: TimerKey) -> &mut u32 {
         let (table, i) = match key {
-            TimerKey::Node(node, timer) => (
-                &mut self.node_at,
-                node.index as usize * NodeTimer::ALL.len() + timer as usize,
-            ),
+            TimerKey::Node(node, timer) => (&mut self.node_at, node_cell(node, timer)),
             TimerKey::Request(id) => (&mut self.request_at, id.slot()),
         };
         if i >= table.len() {
@@ -197,9 +197,7 @@ impl TimerHeap {
     /// The position cell of an entry in the heap (its slot has one).
     fn cell(&mut self, key: TimerKey) -> &mut u32 {
         match key {
-            TimerKey::Node(node, timer) => {
-                &mut self.node_at[node.index as usize * NodeTimer::ALL.len() + timer as usize]
-            }
+            TimerKey::Node(node, timer) => &mut self.node_at[node_cell(node, timer)],
             TimerKey::Request(id) => &mut self.request_at[id.slot()],
         }
     }
