@@ -92,6 +92,12 @@ impl Floor {
     }
 
     fn once(&mut self, deadline: u64) {
+        let slot = self.send(deadline);
+        self.answer(slot);
+    }
+
+    /// Takes a slot for a request and hands its frame out: its slot.
+    fn send(&mut self, deadline: u64) -> usize {
         let slot = match self.free.pop() {
             Some(slot) => {
                 self.slots[slot] = Some((deadline, Bytes::from_static(FRAME)));
@@ -105,6 +111,11 @@ impl Floor {
         self.queue.push_back(slot);
         let sending = self.queue.pop_front().unwrap();
         black_box(self.slots[sending].as_ref().map(|(_, b)| b.len()));
+        slot
+    }
+
+    /// The response for the request in `slot`: its slot freed, its event delivered.
+    fn answer(&mut self, slot: usize) {
         let (_, frame) = self.slots[slot].take().unwrap();
         drop(frame);
         self.free.push(slot);
@@ -272,34 +283,14 @@ impl PipelineFloor {
     }
 
     fn send(&mut self) {
-        let slot = match self.floor.free.pop() {
-            Some(slot) => {
-                self.floor.slots[slot] = Some((5, Bytes::from_static(FRAME)));
-                slot
-            }
-            None => {
-                self.floor.slots.push(Some((5, Bytes::from_static(FRAME))));
-                self.floor.slots.len() - 1
-            }
-        };
-        self.floor.queue.push_back(slot);
-        let sending = self.floor.queue.pop_front().unwrap();
-        black_box(self.floor.slots[sending].as_ref().map(|(_, b)| b.len()));
+        let slot = self.floor.send(5);
         self.in_flight.push_back(slot);
     }
 
     fn step(&mut self) {
         self.send();
         let oldest = self.in_flight.pop_front().unwrap();
-        let (_, frame) = self.floor.slots[oldest].take().unwrap();
-        drop(frame);
-        self.floor.free.push(oldest);
-        self.floor
-            .events
-            .push_back((oldest, Bytes::from_static(b"ok")));
-        while let Some(event) = self.floor.events.pop_front() {
-            black_box(event);
-        }
+        self.floor.answer(oldest);
     }
 }
 

@@ -135,10 +135,9 @@ impl TimerHeap {
                 }
             }
             None => {
-                let i = self.entries.len();
+                self.make_room(key);
                 self.entries.push(entry);
-                *self.slot_mut(key) = i as u32;
-                self.sift_up(i);
+                self.sift_up(self.entries.len() - 1);
             }
         }
     }
@@ -182,8 +181,8 @@ impl TimerHeap {
         at.copied().filter(|&i| i != ABSENT).map(|i| i as usize)
     }
 
-    /// The position cell of `key`'s slot, grown into existence.
-    fn slot_mut(&mut self, key: TimerKey) -> &mut u32 {
+    /// Grows the position tables until `key`'s slot has a cell.
+    fn make_room(&mut self, key: TimerKey) {
         let (table, i) = match key {
             TimerKey::Node(node, timer) => (&mut self.node_at, node_cell(node, timer)),
             TimerKey::Request(id) => (&mut self.request_at, id.slot()),
@@ -191,7 +190,6 @@ impl TimerHeap {
         if i >= table.len() {
             table.resize(i + 1, ABSENT);
         }
-        &mut table[i]
     }
 
     /// The position cell of an entry in the heap (its slot has one).
@@ -202,13 +200,13 @@ impl TimerHeap {
         }
     }
 
-    /// Takes out the entry at `i`, filling its place with the last entry.
+    /// Takes out the entry at `i`, filling its place with the last entry (whose sift records
+    /// where it lands).
     fn remove_at(&mut self, i: usize) -> (Instant, TimerKey) {
         let removed = self.entries.swap_remove(i);
         *self.cell(removed.1) = ABSENT;
         if i < self.entries.len() {
             let moved = self.entries[i];
-            *self.cell(moved.1) = i as u32;
             if moved < removed {
                 self.sift_up(i);
             } else {
@@ -224,7 +222,8 @@ impl TimerHeap {
         *self.cell(entry.1) = i as u32;
     }
 
-    /// Moves the entry at `i` up to where its parent is earlier.
+    /// Moves the entry at `i` up to where its parent is earlier, recording every position it
+    /// changes (its own included).
     fn sift_up(&mut self, mut i: usize) {
         let entry = self.entries[i];
         while i > 0 {
@@ -238,7 +237,8 @@ impl TimerHeap {
         self.put(i, entry);
     }
 
-    /// Moves the entry at `i` down to where its children are later.
+    /// Moves the entry at `i` down to where its children are later, recording every position
+    /// it changes (its own included).
     fn sift_down(&mut self, mut i: usize) {
         let entry = self.entries[i];
         let len = self.entries.len();

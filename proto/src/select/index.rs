@@ -59,7 +59,7 @@ pub(crate) struct SelectIndex {
     placements: Vec<Placement>,
     /// Slots touched since the index last looked, whose placement may have changed.
     touched: Vec<u32>,
-    /// Per slot: listed in `touched`.
+    /// Per slot (as long as `placements`): listed in `touched`.
     is_touched: Vec<bool>,
     /// The latest time `pick` has seen (backoffs and throttles before it have passed).
     now: Instant,
@@ -85,11 +85,9 @@ impl Placement {
 
 impl SelectIndex {
     /// Notes that `slot`'s placement may have changed; [`SelectIndex::refresh`] places it.
+    /// The slot was placed once already (every node is, when it is added).
     pub(crate) fn touch(&mut self, slot: u32) {
         let i = slot as usize;
-        if i >= self.is_touched.len() {
-            self.is_touched.resize(i + 1, false);
-        }
         if !self.is_touched[i] {
             self.is_touched[i] = true;
             self.touched.push(slot);
@@ -109,6 +107,7 @@ impl SelectIndex {
         let i = slot as usize;
         if i >= self.placements.len() {
             self.placements.resize(i + 1, Placement::OUT);
+            self.is_touched.resize(i + 1, false);
         }
         let old = self.placements[i];
         if old == placement {
