@@ -1,6 +1,7 @@
 //! The deadline index: a 4-ary heap of `(instant, timer)` entries indexed by key, so
 //! scheduling, cancelling, firing and finding the earliest deadline stay O(log n) however many
-//! nodes and requests there are.
+//! nodes and requests there are, beside a FIFO lane that takes request deadlines arriving in
+//! order (one timeout for every request) in O(1).
 //!
 //! A node's timers live in a [`TimerTable`] keyed by [`NodeTimer`] (as in quinn-proto). An
 //! entry in the heap is *valid* only while the table (or the request) still holds the same
@@ -9,6 +10,7 @@
 //! pool's consistency check says so) and [`Pool::poll_timeout`](crate::Pool::poll_timeout)
 //! is a pure, exact peek.
 
+use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
 use crate::ids::{NodeId, RequestId};
@@ -88,31 +90,61 @@ pub(crate) enum TimerKey {
     Request(RequestId),
 }
 
-/// The heap itself: a 4-ary min-heap of `(instant, key)` entries, indexed by key.
+/// The index itself: a 4-ary min-heap of `(instant, key)` entries, indexed by key, beside a
+/// FIFO *lane* for request deadlines that arrive in order.
 ///
 /// Four children per node halve the depth of a binary heap, so a sift moves an entry through
 /// half as many levels. Entries are totally ordered (the key breaks ties), so they come out in
 /// exactly the order any correct heap gives them.
 ///
-/// The heap knows where each key's entry is (one position per node timer slot and per request
+/// The index knows where each key's entry is (one position per node timer slot and per request
 /// slot), so it holds at most one entry per slot: [`schedule`](Self::schedule) moves an
 /// existing entry (a re-armed timer, or a slot reused by a newer generation) instead of adding
 /// another, and [`cancel`](Self::cancel) takes a stopped timer or an ended request out at
 /// once. Its size is the number of armed timers and live deadlines, whatever the traffic.
+///
+/// **The lane.** A client that gives its requests one timeout submits deadlines in rising
+/// order and mostly ends them oldest first. Such a deadline, later (in the entries' total
+/// order) than the lane's last entry, goes to the back of the lane instead of the heap, and
+/// the oldest comes off its front in O(1) where the heap would sift a replacement down from
+/// the top. The lane is sorted, its front is always live (ended entries ahead of a live one
+/// are popped at once; one ended in the middle waits, dead, until it reaches an end or the
+/// lane is compacted), and the earliest entry of the whole index is the earlier of the heap's
+/// top and the lane's front, so peeks and pops give exactly what one heap would.
 #[derive(Debug, Default)]
 pub(crate) struct TimerHeap {
     entries: Vec<(Instant, TimerKey)>,
     /// Position of each node timer's entry, at `node slot × timers + timer`; [`ABSENT`] if none.
-    node_at: Vec<u32>,
-    /// Position of each request slot's entry; [`ABSENT`] if none.
-    request_at: Vec<u32>,
+    node_at: Vec<u64>,
+    /// Where each request slot's entry is: a heap position, [`IN_LANE`] with the entry's lane
+    /// sequence number, or [`ABSENT`].
+    request_at: Vec<u64>,
+    /// Request deadlines in rising order, some of them dead (see [`Self::lane_live_at`]).
+    lane: VecDeque<(Instant, RequestId)>,
+    /// The sequence number of `lane[0]`; entry `k` has `lane_head + k`.
+    lane_head: u64,
+    /// Live entries in the lane.
+    lane_live: usize,
 }
 
 /// Children per heap node.
 const ARITY: usize = 4;
 
 /// No entry for this slot.
-const ABSENT: u32 = u32::MAX;
+const ABSENT: u64 = u64::MAX;
+
+/// Marks a request slot's cell as holding a lane sequence number, not a heap position.
+const IN_LANE: u64 = 1 << 63;
+
+/// Dead entries the lane may hold beyond as many as its live ones before it is compacted.
+const LANE_SLACK: usize = 64;
+
+/// Where a key's entry is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    Heap(usize),
+    Lane(u64),
+}
 
 /// Where in `node_at` the position of `node`'s `timer` is.
 fn node_cell(node: NodeId, timer: NodeTimer) -> usize {
@@ -124,8 +156,29 @@ impl TimerHeap {
     /// generation of the slot).
     pub(crate) fn schedule(&mut self, at: Instant, key: TimerKey) {
         let entry = (at, key);
-        match self.position(key) {
-            Some(i) => {
+        if let TimerKey::Request(id) = key {
+            match self.place(key) {
+                Some(Place::Heap(i)) => drop(self.remove_at(i)),
+                Some(Place::Lane(seq)) => self.lane_remove(seq),
+                None => self.make_room(key),
+            }
+            let after_back = self
+                .lane
+                .back()
+                .is_none_or(|&(last, last_id)| entry > (last, TimerKey::Request(last_id)));
+            if after_back {
+                let seq = self.lane_head + self.lane.len() as u64;
+                self.lane.push_back((at, id));
+                self.lane_live += 1;
+                self.request_at[id.slot()] = IN_LANE | seq;
+                return;
+            }
+            self.entries.push(entry);
+            self.sift_up(self.entries.len() - 1);
+            return;
+        }
+        match self.place(key) {
+            Some(Place::Heap(i)) => {
                 let old = self.entries[i];
                 self.entries[i] = entry;
                 if entry < old {
@@ -134,7 +187,8 @@ impl TimerHeap {
                     self.sift_down(i);
                 }
             }
-            None => {
+            // Node timers never go to the lane.
+            Some(Place::Lane(_)) | None => {
                 self.make_room(key);
                 self.entries.push(entry);
                 self.sift_up(self.entries.len() - 1);
@@ -142,43 +196,65 @@ impl TimerHeap {
         }
     }
 
-    /// Takes `key`'s entry out, if the heap holds one for exactly this key.
+    /// Takes `key`'s entry out, if the index holds one for exactly this key.
     pub(crate) fn cancel(&mut self, key: TimerKey) {
-        if let Some(i) = self.position(key).filter(|&i| self.entries[i].1 == key) {
-            self.remove_at(i);
+        match self.place(key) {
+            Some(Place::Heap(i)) if self.entries[i].1 == key => drop(self.remove_at(i)),
+            Some(Place::Lane(seq)) if TimerKey::Request(self.lane_entry(seq).1) == key => {
+                self.lane_remove(seq);
+            }
+            _ => {}
         }
     }
 
     pub(crate) fn peek(&self) -> Option<(Instant, TimerKey)> {
-        self.entries.first().copied()
+        let top = self.entries.first().copied();
+        let front = self
+            .lane
+            .front()
+            .map(|&(at, id)| (at, TimerKey::Request(id)));
+        match (top, front) {
+            (Some(top), Some(front)) => Some(top.min(front)),
+            (top, front) => top.or(front),
+        }
     }
 
     pub(crate) fn pop(&mut self) -> Option<(Instant, TimerKey)> {
-        if self.entries.is_empty() {
-            return None;
+        let earliest = self.peek()?;
+        if self.entries.first() == Some(&earliest) {
+            return Some(self.remove_at(0));
         }
-        Some(self.remove_at(0))
+        self.lane_remove(self.lane_head);
+        Some(earliest)
     }
 
-    /// Entries in the heap (for the pool's consistency checks).
+    /// Entries in the index (for the pool's consistency checks).
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.len() + self.lane_live
     }
 
-    /// Every entry, in heap order (for the pool's consistency checks).
+    /// Every entry: the heap's in heap order, then the lane's live ones in order (for the
+    /// pool's consistency checks).
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn iter(&self) -> impl Iterator<Item = (Instant, TimerKey)> + '_ {
-        self.entries.iter().copied()
+        let lane = (0..self.lane.len())
+            .filter(|&k| self.lane_live_at(k))
+            .map(|k| (self.lane[k].0, TimerKey::Request(self.lane[k].1)));
+        self.entries.iter().copied().chain(lane)
     }
 
     /// Where the entry of `key`'s slot is (of any generation).
-    fn position(&self, key: TimerKey) -> Option<usize> {
-        let at = match key {
+    fn place(&self, key: TimerKey) -> Option<Place> {
+        let cell = match key {
             TimerKey::Node(node, timer) => self.node_at.get(node_cell(node, timer)),
             TimerKey::Request(id) => self.request_at.get(id.slot()),
         };
-        at.copied().filter(|&i| i != ABSENT).map(|i| i as usize)
+        match cell.copied()? {
+            ABSENT => None,
+            c if c & IN_LANE != 0 => Some(Place::Lane(c & !IN_LANE)),
+            c => Some(Place::Heap(c as usize)),
+        }
     }
 
     /// Grows the position tables until `key`'s slot has a cell.
@@ -192,8 +268,8 @@ impl TimerHeap {
         }
     }
 
-    /// The position cell of an entry in the heap (its slot has one).
-    fn cell(&mut self, key: TimerKey) -> &mut u32 {
+    /// The position cell of an entry in the index (its slot has one).
+    fn cell(&mut self, key: TimerKey) -> &mut u64 {
         match key {
             TimerKey::Node(node, timer) => &mut self.node_at[node_cell(node, timer)],
             TimerKey::Request(id) => &mut self.request_at[id.slot()],
@@ -219,7 +295,7 @@ impl TimerHeap {
     /// Puts `entry` (already in the heap) at `i` and records its position.
     fn put(&mut self, i: usize, entry: (Instant, TimerKey)) {
         self.entries[i] = entry;
-        *self.cell(entry.1) = i as u32;
+        *self.cell(entry.1) = i as u64;
     }
 
     /// Moves the entry at `i` up to where its parent is earlier, recording every position it
@@ -262,12 +338,72 @@ impl TimerHeap {
         self.put(i, entry);
     }
 
-    /// Whether every recorded position points at its entry and every entry's is recorded.
+    /// The lane entry with sequence number `seq` (live or dead; it is in the lane).
+    fn lane_entry(&self, seq: u64) -> (Instant, RequestId) {
+        self.lane[(seq - self.lane_head) as usize]
+    }
+
+    /// Whether `lane[k]` is live: its slot's cell still names its sequence number (an ended
+    /// request's cell was cleared, a reused slot's names another place).
+    fn lane_live_at(&self, k: usize) -> bool {
+        let cell = self.request_at[self.lane[k].1.slot()];
+        cell == IN_LANE | (self.lane_head + k as u64)
+    }
+
+    /// Takes the live lane entry `seq` out: off an end at once (with the dead entries it
+    /// uncovers), from the middle by clearing its cell, compacting once dead entries outnumber
+    /// the live ones by [`LANE_SLACK`].
+    fn lane_remove(&mut self, seq: u64) {
+        let k = (seq - self.lane_head) as usize;
+        self.request_at[self.lane[k].1.slot()] = ABSENT;
+        self.lane_live -= 1;
+        while !self.lane.is_empty() && !self.lane_live_at(0) {
+            self.lane.pop_front();
+            self.lane_head += 1;
+        }
+        while !self.lane.is_empty() && !self.lane_live_at(self.lane.len() - 1) {
+            self.lane.pop_back();
+        }
+        if self.lane.len() > 2 * self.lane_live + LANE_SLACK {
+            self.compact_lane();
+        }
+    }
+
+    /// Drops the lane's dead entries, renumbering the live ones from the head.
+    fn compact_lane(&mut self) {
+        let mut kept = 0;
+        for k in 0..self.lane.len() {
+            if self.lane_live_at(k) {
+                self.lane.swap(kept, k);
+                kept += 1;
+            }
+        }
+        self.lane.truncate(kept);
+        for k in 0..kept {
+            self.request_at[self.lane[k].1.slot()] = IN_LANE | (self.lane_head + k as u64);
+        }
+    }
+
+    /// Whether every recorded position points at its entry and every entry's is recorded,
+    /// and the lane is sorted with a live front and back and its live count right.
     #[cfg(test)]
     fn positions_agree(&self) -> bool {
-        let recorded = self.node_at.iter().chain(&self.request_at);
-        recorded.filter(|&&i| i != ABSENT).count() == self.entries.len()
-            && (0..self.entries.len()).all(|i| self.position(self.entries[i].1) == Some(i))
+        let heap_cells = self.node_at.iter().chain(&self.request_at);
+        let in_heap = heap_cells.filter(|&&c| c != ABSENT && c & IN_LANE == 0);
+        let live = (0..self.lane.len()).filter(|&k| self.lane_live_at(k));
+        let sorted = self
+            .lane
+            .iter()
+            .zip(self.lane.iter().skip(1))
+            .all(|(a, b)| (a.0, TimerKey::Request(a.1)) < (b.0, TimerKey::Request(b.1)));
+        let ends_live = self.lane.is_empty()
+            || (self.lane_live_at(0) && self.lane_live_at(self.lane.len() - 1));
+        in_heap.count() == self.entries.len()
+            && (0..self.entries.len())
+                .all(|i| self.place(self.entries[i].1) == Some(Place::Heap(i)))
+            && live.count() == self.lane_live
+            && sorted
+            && ends_live
     }
 }
 
@@ -430,6 +566,122 @@ mod tests {
             }
             assert!(heap.positions_agree());
         }
+    }
+
+    #[test]
+    fn rising_deadlines_ended_in_any_order_come_out_as_from_one_sorted_list() {
+        // Mostly rising instants (one timeout per request, some shorter), ended oldest first,
+        // from the middle or by popping, with slots reused by newer generations: the lane
+        // takes most entries, the heap the rest, and together they give the model's order.
+        let mut x = 0x853c_49e6_748f_ea9bu64;
+        for round in 0..4u32 {
+            let mut heap = TimerHeap::default();
+            let mut model: Vec<(Instant, TimerKey)> = Vec::new();
+            let mut generation = [0u32; 300];
+            let mut now = 0u64;
+            let mut laned = 0;
+            for step in 0..8_000u32 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                now += x % 3; // sometimes the same instant as the last
+                match x % 8 {
+                    0..=3 => {
+                        let slot = (x >> 16) as usize % generation.len();
+                        generation[slot] += 1;
+                        let key = TimerKey::Request(RequestId::new(slot as u32, generation[slot]));
+                        let timeout = if x % 16 < 14 {
+                            1_000
+                        } else {
+                            (x >> 40) % 1_000
+                        };
+                        let at = Instant::from_nanos(now + timeout);
+                        let live_before = heap.lane_live;
+                        heap.schedule(at, key);
+                        laned += usize::from(heap.lane_live > live_before);
+                        model.retain(|e| slot_of(e.1) != slot);
+                        model.push((at, key));
+                    }
+                    4 | 5 => {
+                        model.sort();
+                        if !model.is_empty() {
+                            // Mostly the oldest, sometimes one from the middle.
+                            let i = if x % 4 == 0 {
+                                (x >> 8) as usize % model.len()
+                            } else {
+                                0
+                            };
+                            let (_, key) = model.remove(i);
+                            heap.cancel(key);
+                        }
+                    }
+                    6 => {
+                        // A cancel of a key whose slot moved on changes nothing.
+                        let slot = (x >> 16) as usize % generation.len();
+                        let stale = RequestId::new(slot as u32, generation[slot].wrapping_sub(1));
+                        heap.cancel(TimerKey::Request(stale));
+                    }
+                    _ => {
+                        model.sort();
+                        let expected = (!model.is_empty()).then(|| model.remove(0));
+                        assert_eq!(heap.pop(), expected, "round {round} step {step}");
+                    }
+                }
+                model.sort();
+                assert_eq!(
+                    heap.peek(),
+                    model.first().copied(),
+                    "round {round} step {step}"
+                );
+                assert_eq!(heap.len(), model.len(), "round {round} step {step}");
+                assert!(heap.positions_agree(), "round {round} step {step}");
+                assert!(
+                    heap.lane.len() <= 2 * heap.lane_live + LANE_SLACK,
+                    "round {round} step {step}: the lane outgrew its live entries"
+                );
+            }
+            assert!(
+                laned > 2_000,
+                "round {round}: only {laned} entries went to the lane"
+            );
+        }
+
+        fn slot_of(key: TimerKey) -> usize {
+            match key {
+                TimerKey::Request(id) => id.slot(),
+                TimerKey::Node(..) => unreachable!("requests only"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_lane_ended_from_the_middle_is_compacted_and_keeps_its_order() {
+        let key = |i: u32| TimerKey::Request(RequestId::new(i, 0));
+        let mut heap = TimerHeap::default();
+        for i in 0..500 {
+            heap.schedule(Instant::from_secs(u64::from(i)), key(i));
+        }
+        assert_eq!(
+            (heap.lane_live, heap.entries.len()),
+            (500, 0),
+            "all in the lane"
+        );
+        // End everything but the first and the last: the ends stay live, so the dead ones
+        // wait in the middle until compaction takes them out.
+        for i in 1..499 {
+            heap.cancel(key(i));
+            assert!(heap.lane.len() <= 2 * heap.lane_live + LANE_SLACK, "at {i}");
+        }
+        assert!(heap.positions_agree());
+        assert_eq!(heap.len(), 2);
+        assert!(heap.lane.len() <= 2 + LANE_SLACK);
+        // An earlier deadline than the lane's last goes to the heap, and still comes first.
+        heap.schedule(Instant::from_secs(3), key(7));
+        assert_eq!(heap.entries.len(), 1);
+        let order: Vec<_> = core::iter::from_fn(|| heap.pop()).collect();
+        let expected = [(0, 0), (3, 7), (499, 499)].map(|(at, i)| (Instant::from_secs(at), key(i)));
+        assert_eq!(order, expected);
+        assert!(heap.positions_agree());
     }
 
     #[test]
