@@ -159,7 +159,7 @@ impl TimerHeap {
         if let TimerKey::Request(id) = key {
             match self.place(key) {
                 Some(Place::Heap(i)) => drop(self.remove_at(i)),
-                Some(Place::Lane(seq)) => self.lane_remove(seq),
+                Some(Place::Lane(seq)) => self.lane_remove((seq - self.lane_head) as usize),
                 None => self.make_room(key),
             }
             let after_back = self
@@ -200,8 +200,11 @@ impl TimerHeap {
     pub(crate) fn cancel(&mut self, key: TimerKey) {
         match self.place(key) {
             Some(Place::Heap(i)) if self.entries[i].1 == key => drop(self.remove_at(i)),
-            Some(Place::Lane(seq)) if TimerKey::Request(self.lane_entry(seq).1) == key => {
-                self.lane_remove(seq);
+            Some(Place::Lane(seq)) => {
+                let k = (seq - self.lane_head) as usize;
+                if TimerKey::Request(self.lane[k].1) == key {
+                    self.lane_remove(k);
+                }
             }
             _ => {}
         }
@@ -224,7 +227,7 @@ impl TimerHeap {
         if self.entries.first() == Some(&earliest) {
             return Some(self.remove_at(0));
         }
-        self.lane_remove(self.lane_head);
+        self.lane_remove(0);
         Some(earliest)
     }
 
@@ -338,11 +341,6 @@ impl TimerHeap {
         self.put(i, entry);
     }
 
-    /// The lane entry with sequence number `seq` (live or dead; it is in the lane).
-    fn lane_entry(&self, seq: u64) -> (Instant, RequestId) {
-        self.lane[(seq - self.lane_head) as usize]
-    }
-
     /// Whether `lane[k]` is live: its slot's cell still names its sequence number (an ended
     /// request's cell was cleared, a reused slot's names another place).
     fn lane_live_at(&self, k: usize) -> bool {
@@ -350,21 +348,25 @@ impl TimerHeap {
         cell == IN_LANE | (self.lane_head + k as u64)
     }
 
-    /// Takes the live lane entry `seq` out: off an end at once (with the dead entries it
+    /// Takes the live entry `lane[k]` out: off an end at once (with the dead entries it
     /// uncovers), from the middle by clearing its cell, compacting once dead entries outnumber
     /// the live ones by [`LANE_SLACK`].
-    fn lane_remove(&mut self, seq: u64) {
-        let k = (seq - self.lane_head) as usize;
+    fn lane_remove(&mut self, k: usize) {
         self.request_at[self.lane[k].1.slot()] = ABSENT;
         self.lane_live -= 1;
-        while !self.lane.is_empty() && !self.lane_live_at(0) {
+        if k == 0 {
             self.lane.pop_front();
             self.lane_head += 1;
-        }
-        while !self.lane.is_empty() && !self.lane_live_at(self.lane.len() - 1) {
+            while !self.lane.is_empty() && !self.lane_live_at(0) {
+                self.lane.pop_front();
+                self.lane_head += 1;
+            }
+        } else if k + 1 == self.lane.len() {
             self.lane.pop_back();
-        }
-        if self.lane.len() > 2 * self.lane_live + LANE_SLACK {
+            while !self.lane_live_at(self.lane.len() - 1) {
+                self.lane.pop_back(); // the front is live: this stops there at the latest
+            }
+        } else if self.lane.len() > 2 * self.lane_live + LANE_SLACK {
             self.compact_lane();
         }
     }
