@@ -612,6 +612,11 @@ impl Pool {
     }
 
     /// Fires every timer due at `now`. Safe to call early (nothing happens) or twice.
+    ///
+    /// Due timers fire by instant. At one instant the nodes' timers fire first; request
+    /// deadlines submitted in order of their instants (one timeout for every request) then end
+    /// in the order they were submitted. The order depends only on the inputs, so a replay
+    /// gives the same events.
     pub fn handle_timeout(&mut self, now: Instant) {
         let now = self.clock.advance(now);
         while let Some((at, key)) = self.timers.peek() {
