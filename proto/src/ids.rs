@@ -83,6 +83,14 @@ impl RequestId {
         Self(raw)
     }
 
+    /// The request's slot in the pool's request table. Slots are dense and reused (under a
+    /// new generation) once a request is done with, so an adapter can keep what it holds per
+    /// request in a table indexed by this instead of a map; two requests the pool holds at
+    /// once never share a slot.
+    pub fn index(self) -> usize {
+        self.slot()
+    }
+
     pub(crate) fn new(slot: u32, generation: u32) -> Self {
         Self((u64::from(generation) << 32) | u64::from(slot))
     }

@@ -49,10 +49,12 @@ mod chunks;
 mod conn_io;
 mod ready;
 mod setup;
+mod waiters;
 
 use chunks::Chunks;
 use conn_io::{OpenConn, WriteBufs};
 use setup::Connecting;
+use waiters::Waiters;
 
 /// A request from a client handle to the driver.
 #[derive(Debug)]
@@ -129,7 +131,7 @@ pub(crate) struct Driver {
     /// Resolves the names of nodes added by name, on every connect attempt.
     resolver: Arc<dyn Resolver>,
     conns: BTreeMap<ConnId, Conn>,
-    waiting: IdMap<RequestId, Waiting>,
+    waiting: Waiters<Waiting>,
     /// The running request of each send whose caller may still stop waiting.
     sends: IdMap<SendKey, RequestId>,
     commands: Vec<Command>,
@@ -215,7 +217,7 @@ impl Driver {
             hook,
             resolver,
             conns: BTreeMap::new(),
-            waiting: IdMap::default(),
+            waiting: Waiters::default(),
             sends: IdMap::default(),
             commands: Vec::new(),
             timer: None,
@@ -283,7 +285,7 @@ impl Driver {
                     retried,
                     ..
                 } => {
-                    if let Some(waiting) = self.waiting.remove(&id) {
+                    if let Some(waiting) = self.waiting.remove(id) {
                         self.sends.remove(&waiting.key);
                         answer(waiting.reply, result_of(outcome, sent, retried));
                         self.forget_id(id, waiting.protocol_id);
@@ -647,7 +649,7 @@ impl Driver {
         let now = self.now();
         self.pool.shutdown(now);
         self.settle();
-        for (_, waiting) in self.waiting.drain() {
+        for waiting in self.waiting.drain() {
             answer(waiting.reply, Err(SendError::Shutdown));
         }
         self.sends.clear();
