@@ -1,6 +1,6 @@
 //! The upkeep of the pool's lists: timer-heap entries leave with their timer or request, and
 //! awaited requests answered out of order stay only until the pool prunes them, which it does
-//! before they pile up.
+//! before they pile up. Request deadlines due at one instant end in the order submitted.
 
 use super::{Harness, exact, secs};
 
@@ -80,4 +80,53 @@ fn answered_requests_do_not_pile_up_in_the_awaited_list() {
         .handle_next_response(h.now, conn, bytes::Bytes::from_static(b"ok"))
         .unwrap();
     assert_eq!(answered, Some(unanswered[1]));
+}
+
+#[test]
+fn requests_due_at_one_instant_end_in_the_order_they_were_submitted() {
+    let mut config = exact();
+    config.write_timeout = core::time::Duration::ZERO;
+    let mut h = Harness::new(config);
+    let node = h.add();
+    h.ready(node);
+    // One timeout for every request, all submitted at one instant. Slots freed out of order
+    // make the later requests' ids fall and rise against their submit order.
+    let first: alloc::vec::Vec<_> = (0..6).map(|_| h.submit(node, 10, secs(30))).collect();
+    for &i in &[4, 1, 3] {
+        h.pool.cancel(h.now, first[i]).unwrap();
+    }
+    let later: alloc::vec::Vec<_> = (0..5).map(|_| h.submit(node, 10, secs(30))).collect();
+    let submitted: alloc::vec::Vec<_> = [first[0], first[2], first[5]]
+        .into_iter()
+        .chain(later)
+        .collect();
+    assert!(
+        submitted.windows(2).any(|w| w[0] > w[1]),
+        "slots reused out of order: {submitted:?}"
+    );
+    h.take_events();
+    h.advance(secs(31));
+    let ended: alloc::vec::Vec<_> = h.outcomes().into_iter().map(|(id, _)| id).collect();
+    assert_eq!(ended, submitted, "in submit order, not in id order");
+}
+
+#[test]
+fn a_request_index_is_its_slot_reused_once_the_request_is_done() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    h.ready(node);
+    let a = h.submit(node, 10, secs(60));
+    let b = h.submit(node, 10, secs(60));
+    assert_ne!(a.index(), b.index(), "two live requests never share a slot");
+    assert_eq!(
+        a.index(),
+        (a.as_u64() & 0xFFFF_FFFF) as usize,
+        "the low 32 bits"
+    );
+    // Cancelled while queued: the slot is free at once and the next request takes it, with a
+    // new id.
+    h.pool.cancel(h.now, a).unwrap();
+    let c = h.submit(node, 10, secs(60));
+    assert_eq!(c.index(), a.index());
+    assert_ne!(c, a);
 }
