@@ -21,8 +21,6 @@ use std::fmt;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use keepwire_proto::Violation;
 
-use crate::sync::IdMap;
-
 /// Frames requests for one protocol and makes the per-connection decoders of its responses.
 ///
 /// One codec serves every connection of a client; the state of a connection's byte stream
@@ -373,69 +371,6 @@ impl Decoder for LengthPrefixed {
     }
 }
 
-/// The protocol ids of requests that may still be answered, for [`Correlation::ById`]: which
-/// request each id names, and the next id to give.
-///
-/// An [`IdMap`]: the ids in it are the driver's own (given in sequence), so a peer cannot
-/// choose keys that collide; an id it echoes is only looked up.
-#[derive(Debug)]
-pub(crate) struct Ids<T> {
-    next: u64,
-    live: IdMap<u64, T>,
-}
-
-impl<T> Default for Ids<T> {
-    fn default() -> Self {
-        Self {
-            next: 0,
-            live: IdMap::default(),
-        }
-    }
-}
-
-impl<T> Ids<T> {
-    /// The next id `bits` wide that names no request that may still be answered; `None`
-    /// when every such id is taken.
-    pub(crate) fn next_free(&mut self, bits: u32) -> Option<u64> {
-        let mask = if bits >= 64 {
-            u64::MAX
-        } else {
-            (1u64 << bits.max(1)) - 1
-        };
-        if (self.live.len() as u64) > mask {
-            return None;
-        }
-        loop {
-            let id = self.next & mask;
-            self.next = self.next.wrapping_add(1);
-            if !self.live.contains_key(&id) {
-                return Some(id);
-            }
-        }
-    }
-
-    pub(crate) fn insert(&mut self, id: u64, value: T) {
-        self.live.insert(id, value);
-    }
-
-    pub(crate) fn get(&self, id: u64) -> Option<&T> {
-        self.live.get(&id)
-    }
-
-    pub(crate) fn remove(&mut self, id: u64) {
-        self.live.remove(&id);
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.live.len()
-    }
-
-    /// Forgets every id `keep` rejects.
-    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
-        self.live.retain(|_, v| keep(v));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -565,27 +500,5 @@ mod tests {
         assert_eq!(decoder.decode(&mut header), Ok(None));
         assert_eq!(header.capacity(), before);
         assert!(header.capacity() < 4096);
-    }
-
-    #[test]
-    fn ids_wrap_around_and_skip_the_ones_still_in_use() {
-        let mut ids = Ids::default();
-        let got: Vec<_> = (0..4).map(|_| ids.next_free(2).unwrap()).collect();
-        assert_eq!(got, [0, 1, 2, 3]);
-        ids.insert(0, "a");
-        ids.insert(2, "b");
-        let got: Vec<_> = (0..3).map(|_| ids.next_free(2).unwrap()).collect();
-        assert_eq!(got, [1, 3, 1], "0 and 2 are still in use");
-        ids.remove(0);
-        assert_eq!(ids.next_free(2), Some(3));
-        assert_eq!(ids.next_free(2), Some(0));
-        ids.insert(1, "c");
-        ids.insert(3, "d");
-        ids.insert(0, "e");
-        assert_eq!(ids.next_free(2), None, "all four taken");
-        let mut wide = Ids::<()>::default();
-        wide.next = u64::MAX;
-        assert_eq!(wide.next_free(64), Some(u64::MAX));
-        assert_eq!(wide.next_free(64), Some(0), "wraps at 2^64");
     }
 }

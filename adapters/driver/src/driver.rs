@@ -34,7 +34,7 @@ use keepwire_proto::{
 };
 
 use crate::client::{ClientEvent, NodeInfo, SocketInfo};
-use crate::codec::{Codec, Correlation, Decoder, EncodeError, Ids};
+use crate::codec::{Codec, Correlation, Decoder, EncodeError};
 use crate::error::{BuildError, SendError};
 use crate::handshake::{HandshakeError, HandshakeHook, HandshakeIo};
 use crate::ready::{Readiness, TargetState};
@@ -47,12 +47,14 @@ use crate::telemetry::Telemetry;
 // Child modules (not siblings) so that the driver's fields stay private to the driver.
 mod chunks;
 mod conn_io;
+mod ids;
 mod ready;
 mod setup;
 mod waiters;
 
 use chunks::Chunks;
 use conn_io::{OpenConn, WriteBufs};
+use ids::Ids;
 use setup::Connecting;
 use waiters::Waiters;
 
