@@ -175,10 +175,9 @@ impl TimerHeap {
                 self.request_at[id.slot()] = IN_LANE | seq;
                 return;
             }
-            self.entries.push(entry);
-            self.sift_up(self.entries.len() - 1);
-            return;
+            return self.push(entry);
         }
+        // A node timer: always in the heap.
         match self.place(key) {
             Some(Place::Heap(i)) => {
                 let old = self.entries[i];
@@ -189,11 +188,9 @@ impl TimerHeap {
                     self.sift_down(i);
                 }
             }
-            // Node timers never go to the lane.
-            Some(Place::Lane(_)) | None => {
+            _ => {
                 self.make_room(key);
-                self.entries.push(entry);
-                self.sift_up(self.entries.len() - 1);
+                self.push(entry);
             }
         }
     }
@@ -295,6 +292,12 @@ impl TimerHeap {
             }
         }
         removed
+    }
+
+    /// Adds `entry` (whose slot has a cell) to the heap.
+    fn push(&mut self, entry: (Instant, TimerKey)) {
+        self.entries.push(entry);
+        self.sift_up(self.entries.len() - 1);
     }
 
     /// Puts `entry` (already in the heap) at `i` and records its position.
