@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Instructions per request through proto, counted by callgrind: exact and independent of the
+# machine's load, unlike wall-clock time on a shared 2-core VM (BENCHMARKS.md, the lifecycle
+# section). Runs the lifecycle benchmark's keepwire cases under valgrind and divides the
+# instructions spent in one step's function by the calls of `Pool::submit` (one per step).
+#
+# Usage: scripts/instructions.sh [BENCH_BINARY]
+#   BENCH_BINARY  a built lifecycle benchmark (default: build it and take cargo's)
+# Needs valgrind (callgrind_annotate comes with it). Takes about 1.5 min.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bin=${1:-}
+if [ -z "$bin" ]; then
+  bin=$(cargo bench -p keepwire-proto --bench lifecycle --no-run --message-format=json 2>/dev/null |
+    sed -n 's/.*"executable":"\([^"]*lifecycle[^"]*\)".*/\1/p' | tail -1)
+fi
+[ -x "$bin" ] || { echo "no lifecycle benchmark binary at '$bin'" >&2; exit 1; }
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+# The calls recorded to functions whose name contains $2, in callgrind's output $1.
+calls_to() {
+  awk -v want="$2" '
+    /^c?fn=\(/ {
+      id = $1; sub(/^c?fn=/, "", id)
+      name = $0; sub(/^c?fn=\([0-9]+\) ?/, "", name)
+      if (name != "") names[id] = name
+      if ($0 ~ /^cfn=/) callee = id
+      next
+    }
+    /^calls=/ {
+      n = $1; sub(/^calls=/, "", n)
+      if (index(names[callee], want) > 0) total += n
+    }
+    END { print total + 0 }' "$1"
+}
+
+for spec in \
+  "lifecycle::keepwire_once 0 request_lifecycle/keepwire/0" \
+  "lifecycle::keepwire_once 1000 request_lifecycle/keepwire/1000" \
+  "lifecycle::Pipeline::step 64 pipeline/keepwire/64" \
+  "lifecycle::Pipeline::step 1000 pipeline/keepwire/1000"; do
+  set -- $spec
+  file="$out/callgrind.$2"
+  LIFECYCLE_SIZE=$2 valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$file" \
+    --toggle-collect="$1" "$bin" --bench --warm-up-time 0.1 --measurement-time 0.3 \
+    --sample-size 10 "$3" >/dev/null 2>&1
+  total=$(callgrind_annotate "$file" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
+  calls=$(calls_to "$file" 'Pool::submit')
+  echo "$3: $((total / calls)) instructions per request ($calls requests)"
+done
