@@ -145,11 +145,11 @@ const IN_LANE: u64 = 1 << 63;
 /// Dead entries the lane may hold beyond as many as its live ones before it is compacted.
 const LANE_SLACK: usize = 64;
 
-/// Where a key's entry is.
+/// Where a key's entry is: its position in the heap or its index in the lane.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Place {
     Heap(usize),
-    Lane(u64),
+    Lane(usize),
 }
 
 /// Where in `node_at` the position of `node`'s `timer` is.
@@ -165,7 +165,7 @@ impl TimerHeap {
         if let TimerKey::Request(id) = key {
             match self.place(key) {
                 Some(Place::Heap(i)) => drop(self.remove_at(i)),
-                Some(Place::Lane(seq)) => self.lane_remove((seq - self.lane_head) as usize),
+                Some(Place::Lane(k)) => self.lane_remove(k),
                 None => self.make_room(key),
             }
             if self.lane.back().is_none_or(|&(last, _)| at >= last) {
@@ -199,11 +199,8 @@ impl TimerHeap {
     pub(crate) fn cancel(&mut self, key: TimerKey) {
         match self.place(key) {
             Some(Place::Heap(i)) if self.entries[i].1 == key => drop(self.remove_at(i)),
-            Some(Place::Lane(seq)) => {
-                let k = (seq - self.lane_head) as usize;
-                if TimerKey::Request(self.lane[k].1) == key {
-                    self.lane_remove(k);
-                }
+            Some(Place::Lane(k)) if TimerKey::Request(self.lane[k].1) == key => {
+                self.lane_remove(k);
             }
             _ => {}
         }
@@ -254,7 +251,7 @@ impl TimerHeap {
         };
         match cell.copied()? {
             ABSENT => None,
-            c if c & IN_LANE != 0 => Some(Place::Lane(c & !IN_LANE)),
+            c if c & IN_LANE != 0 => Some(Place::Lane(((c & !IN_LANE) - self.lane_head) as usize)),
             c => Some(Place::Heap(c as usize)),
         }
     }
@@ -353,13 +350,14 @@ impl TimerHeap {
         cell == IN_LANE | (self.lane_head + k as u64)
     }
 
-    /// Takes the live entry `lane[k]` out: off an end at once (with the dead entries it
-    /// uncovers), from the middle by clearing its cell, compacting once dead entries outnumber
-    /// the live ones by [`LANE_SLACK`].
+    /// Takes the live entry `lane[k]` out by clearing its cell, which makes it dead: off an
+    /// end at once (with the dead entries behind it), from the middle when compaction comes,
+    /// once dead entries outnumber the live ones by [`LANE_SLACK`].
     fn lane_remove(&mut self, k: usize) {
         self.request_at[self.lane[k].1.slot()] = ABSENT;
         self.lane_live -= 1;
         if k == 0 {
+            // It is dead now; the pop saves looking at it again.
             self.lane.pop_front();
             self.lane_head += 1;
             while !self.lane.is_empty() && !self.lane_live_at(0) {
@@ -368,8 +366,9 @@ impl TimerHeap {
             }
         } else if k + 1 == self.lane.len() {
             self.lane.pop_back();
+            // The front is live (k > 0): this stops there at the latest.
             while !self.lane_live_at(self.lane.len() - 1) {
-                self.lane.pop_back(); // the front is live: this stops there at the latest
+                self.lane.pop_back();
             }
         } else if self.lane.len() > 2 * self.lane_live + LANE_SLACK {
             self.compact_lane();
@@ -464,8 +463,8 @@ mod tests {
         }
         // Earlier than the lane's last: into the heap, and out first.
         heap.schedule(Instant::from_secs(4), request(7));
-        // An earlier request at the lane's instant goes to the heap too, after it: the heap's
-        // entries of an instant come first.
+        // Once a later deadline joins the lane, one at the earlier instant goes to the heap,
+        // and at that instant the heap's entries come first.
         heap.schedule(Instant::from_secs(6), request(3));
         heap.schedule(at, request(1));
         heap.schedule(at, TimerKey::Node(node, NodeTimer::Idle));
