@@ -66,29 +66,28 @@ impl<T> Ids<T> {
         }
     }
 
-    /// Files `value` under `id`, replacing what it named.
+    /// Files `value` under `id`, replacing what it named: in the window if the window covers
+    /// it or it comes right after (an empty window starts at it), else aside.
     pub(crate) fn insert(&mut self, id: u64, value: T) {
-        if let Some(k) = self.window_index(id) {
-            if self.window[k].replace(value).is_none() {
-                self.in_window += 1;
-            }
-            self.keep_window_dense();
-            return;
+        if self.window.is_empty() {
+            self.base = id;
         }
-        let follows = self.base.checked_add(self.window.len() as u64) == Some(id);
-        if self.window.is_empty() || follows {
+        let len = self.window.len();
+        let Some(k) = id.checked_sub(self.base).filter(|&k| k <= len as u64) else {
+            self.aside.insert(id, value);
+            return;
+        };
+        let k = k as usize;
+        if k == len {
             if !self.aside.is_empty() {
                 self.aside.remove(&id); // filed aside before: it moves into the window
             }
-            if self.window.is_empty() {
-                self.base = id;
-            }
-            self.window.push_back(Some(value));
-            self.in_window += 1;
-            self.keep_window_dense();
-            return;
+            self.window.push_back(None);
         }
-        self.aside.insert(id, value);
+        if self.window[k].replace(value).is_none() {
+            self.in_window += 1;
+        }
+        self.keep_window_dense();
     }
 
     pub(crate) fn get(&self, id: u64) -> Option<&T> {
