@@ -363,10 +363,17 @@ async fn restart_recovery(
     // sent (a refused connect or a deadline while queued), or was refused at submit. One
     // queued through the outage may be written to the revived server just before its
     // deadline and time out in flight, truthfully saying it was sent: it ends after `back`.
-    for s in samples
+    let outage: Vec<&Sample> = samples
         .iter()
         .filter(|s| s.sent_at >= killed && s.done_at < back)
-    {
+        .collect();
+    // A request every 50 ms, each ending within its 1 s timeout: those sent in the outage's
+    // first second all end inside it, so the check below has requests to look at.
+    assert!(
+        !outage.is_empty(),
+        "no request both sent and ended in the outage"
+    );
+    for s in outage {
         if let Err(e) = &s.result {
             assert!(e.is_retryable(), "{e} (sent {:?})", e.sent());
         }

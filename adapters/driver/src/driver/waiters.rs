@@ -12,9 +12,10 @@ use crate::sync::IdMap;
 #[derive(Debug)]
 pub(super) struct Waiters<W> {
     slots: Vec<Option<(RequestId, W)>>,
-    /// Callers whose slot a newer request took before their own request's end was seen (the
-    /// pool reuses a slot once it is done with a request; the driver settles every input's
-    /// events before the next, so this stays empty, but nothing is lost if it does not).
+    /// Callers whose slot a newer request took before their own request's end was seen. The
+    /// pool reuses a slot once it is done with a request, and the driver settles every
+    /// input's events before the next input, which should leave this empty; if it does not,
+    /// nothing is lost.
     displaced: IdMap<RequestId, W>,
     len: usize,
 }
