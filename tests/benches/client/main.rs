@@ -8,8 +8,9 @@
 //!   (id, oneshot) pairs to a reader task that owns the map of pending replies, cuts answers
 //!   and fills them. No timeouts. On smol the same on smol's tasks and `Async` socket (the
 //!   hand-offs stay tokio's `sync` channels, which need no tokio runtime).
-//! - **C** (tokio only): B with `tokio::time::timeout` on every call and the pending map in
-//!   an `Arc<Mutex<HashMap>>` that callers fill themselves.
+//! - **C**: B with a timeout on every call (`tokio::time::timeout`; on smol, smol's `Timer`
+//!   raced against the answer) and the pending map in an `Arc<Mutex<HashMap>>` that callers
+//!   fill themselves.
 //!
 //! All speak keepwire's built-in `LengthPrefixed` framing to one echo server on plain std
 //! threads with fixed buffers, so it allocates nothing per request and the counting global
@@ -134,12 +135,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     payload,
                     in_flight,
                 };
-                let kinds: Vec<Kind> = options
-                    .kinds
-                    .iter()
-                    .copied()
-                    .filter(|k| *k != Kind::C || flavour != Flavour::Smol)
-                    .collect();
+                let kinds = &options.kinds;
                 let mut runs: Vec<Vec<Run>> = vec![Vec::new(); kinds.len()];
                 for round in 0..options.rounds {
                     for turn in 0..kinds.len() {
@@ -159,7 +155,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     }
                     eprint!(".");
                 }
-                let line = summary(cell, &kinds, &runs);
+                let line = summary(cell, kinds, &runs);
                 eprintln!("\n{line}");
                 lines.push(line);
             }
@@ -527,6 +523,12 @@ async fn smol_run(
             tasks.finish().await;
             run
         }
-        Kind::C => unreachable!("C is a tokio client"),
+        Kind::C => {
+            let (caller, tasks) = hand_smol::connect_with_timeouts(addr).await?;
+            let run = measure(&caller, &Smol, cell, phase).await;
+            drop(caller);
+            tasks.finish().await;
+            run
+        }
     })
 }
