@@ -99,6 +99,8 @@ pub(crate) enum NodeOp {
 
 /// Bytes reserved for a frame beyond its payload (headers, ids, delimiters).
 const FRAME_HEADROOM: usize = 64;
+/// Rounds of work in one poll before the driver yields to other tasks.
+const ROUNDS_PER_POLL: usize = 32;
 /// Commands taken from the queue at a time.
 const COMMAND_BATCH: usize = 256;
 /// Bytes read from a socket at a time.
@@ -143,6 +145,9 @@ pub(crate) struct Driver {
     /// A graceful shutdown is under way: stop once every node is `Closed`.
     draining: bool,
     stopping: bool,
+    /// Commands taken from callers plus callers answered, ever: a round's share of it says
+    /// whether the driver yields after it ([`Driver::poll`]).
+    handoffs: u64,
 }
 
 /// The driver's timer and the deadline it is armed at; `None` once it fired (it must be reset
@@ -227,6 +232,7 @@ impl Driver {
             shutdown_replies: Vec::new(),
             draining: false,
             stopping: false,
+            handoffs: 0,
         };
         Ok((driver, ids))
     }
@@ -288,6 +294,7 @@ impl Driver {
                     if let Some(waiting) = self.waiting.remove(id) {
                         self.sends.remove(&waiting.key);
                         answer(waiting.reply, result_of(outcome, sent, retried));
+                        self.handoffs += 1;
                         self.forget_id(id, waiting.protocol_id);
                     }
                 }
@@ -306,6 +313,7 @@ impl Driver {
         let mut commands = std::mem::take(&mut self.commands);
         let polled = poll_commands(&mut self.inbox, cx, &mut commands, COMMAND_BATCH);
         let moved = !commands.is_empty();
+        self.handoffs += commands.len() as u64;
         for command in commands.drain(..) {
             self.execute(command);
             self.settle();
@@ -629,7 +637,7 @@ impl Driver {
             self.pool.handle_timeout(now);
         }
         if self.ready_recheck.is_some_and(|at| at <= now) {
-            self.ready_recheck = None; // the refresh after this round sets the next
+            self.ready_recheck = None; // the refresh after this poll's rounds sets the next
         }
         // Moved, even if nothing was due yet (the clock reads behind the timer): the next
         // round re-arms and polls again.
@@ -671,34 +679,46 @@ impl Driver {
 impl Future for Driver {
     type Output = ();
 
-    /// One round per poll. A round that moved anything yields before the next one: the
-    /// callers it answered run first, on this same worker, and what they send next goes out
-    /// in the next round's one batch. Looping on instead (as this driver once did, up to 32
-    /// rounds) wrote each round's trickle of new requests on its own while the answered
-    /// callers waited behind the driver: on tokio's multi-thread runtime at 64 B × 64 in
-    /// flight, 2.5 requests per `writev` against 49 now, and half the throughput
-    /// (BENCHMARKS.md).
+    /// Rounds until one finds nothing to do (every source has the waker then), or until one
+    /// that took or answered more than one caller's request: then the driver yields (wakes
+    /// itself and returns), so the callers it answered run before its next round and the
+    /// requests they send next leave in one batch. Looping on instead wrote each round's
+    /// trickle of new requests on its own while the answered callers waited behind the
+    /// driver: on tokio's multi-thread runtime at 64 B × 64 in flight, 2.5 requests per
+    /// `writev` against 49 now, and half the throughput (BENCHMARKS.md). A lone request
+    /// loops on: yielding would hand the driver to the run queue, which on tokio wakes a
+    /// parked worker (two `futex` calls per request at 1 in flight) for no batch.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
-        let moved = this.round(cx);
-        if this.draining && this.drained() {
-            this.stopping = true;
+        for _ in 0..ROUNDS_PER_POLL {
+            let handoffs = this.handoffs;
+            let moved = this.round(cx);
+            if this.draining && this.drained() {
+                this.stopping = true;
+            }
+            if this.stopping {
+                this.finish();
+                return Poll::Ready(());
+            }
+            if !moved {
+                this.after_rounds();
+                return Poll::Pending;
+            }
+            if this.handoffs - handoffs > 1 {
+                break;
+            }
         }
-        if this.stopping {
-            this.finish();
-            return Poll::Ready(());
-        }
-        this.after_round();
-        if moved {
-            cx.waker().wake_by_ref();
-        }
+        // Still busy, or callers to let run first: yield, then continue.
+        this.after_rounds();
+        cx.waker().wake_by_ref();
         Poll::Pending
     }
 }
 
 impl Driver {
-    /// What a round changed, made visible: services' readiness, counters and gauges.
-    fn after_round(&mut self) {
+    /// What the rounds of one poll changed, made visible: services' readiness, counters and
+    /// gauges.
+    fn after_rounds(&mut self) {
         self.tick();
         self.refresh_readiness();
         self.telemetry.flush(&self.pool);
