@@ -1,0 +1,231 @@
+//! The callers a round answers send their next requests in one write. After a round that
+//! answered several callers the driver yields, so they run before its next round; it used to
+//! loop on, and on an executor that runs a just-woken task next (tokio's multi-thread
+//! scheduler and its LIFO slot) each caller's send then woke the driver straight into a round
+//! of its own: one write per request.
+//!
+//! Deterministic setup: tokio's multi-thread scheduler with one worker (the LIFO slot and no
+//! stealing), and a peer that answers only once a whole batch of requests is in, with one
+//! write, so each batch of answers reaches the driver in one read.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use keepwire_driver::{
+    BoxFuture, ClientBuilder, IoStream, LengthPrefixed, PreparedSocket, ResolveError, Runtime,
+    SocketRef, Target, Timer,
+};
+use keepwire_tests::test_config;
+use keepwire_tokio::TokioRuntime;
+
+const CALLERS: usize = 8;
+const ROUNDS: usize = 4;
+const PAYLOAD: &[u8] = b"a request of 32 bytes, padded..";
+
+#[test]
+fn the_callers_a_round_answers_send_their_next_requests_in_one_write() {
+    let peer = BatchEcho::start(CALLERS);
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let writes = Arc::new(Mutex::new(Vec::new()));
+    let runtime = Arc::new(CountingRuntime {
+        inner: Arc::new(TokioRuntime::from_handle(tokio.handle().clone())),
+        writes: Arc::clone(&writes),
+    });
+    let _entered = tokio.enter();
+    let client = ClientBuilder::new(test_config())
+        .node(peer.addr)
+        .build(runtime)
+        .unwrap();
+    let node = client.initial_nodes()[0];
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|_| {
+            let client = client.clone();
+            tokio.spawn(async move {
+                for _ in 0..ROUNDS {
+                    let answer = client
+                        .send(Target::Node(node), PAYLOAD, Duration::from_secs(10))
+                        .await;
+                    assert_eq!(answer.as_deref(), Ok(PAYLOAD));
+                }
+            })
+        })
+        .collect();
+    tokio.block_on(async {
+        for caller in callers {
+            caller.await.unwrap();
+        }
+        client.shutdown().await;
+    });
+
+    // Bytes per write, in requests. The first round's requests go out as the callers start;
+    // every later round is sent by callers the driver answered in one round.
+    let frame = LengthPrefixed::frame(0, PAYLOAD).unwrap().len();
+    let writes = writes.lock().unwrap().clone();
+    let requests: Vec<usize> = writes.iter().map(|bytes| bytes / frame).collect();
+    assert_eq!(
+        requests.iter().sum::<usize>(),
+        CALLERS * ROUNDS,
+        "{requests:?}"
+    );
+    let mut sent = 0;
+    let first_round_writes = requests
+        .iter()
+        .take_while(|n| {
+            sent += **n;
+            sent <= CALLERS
+        })
+        .count();
+    assert_eq!(
+        &requests[first_round_writes..],
+        &[CALLERS; ROUNDS - 1],
+        "every round after the first in one write: {requests:?}"
+    );
+}
+
+/// A peer that reads `LengthPrefixed` requests until it holds `batch` of them, then echoes
+/// them all in one write; for one connection, until it closes.
+struct BatchEcho {
+    addr: SocketAddr,
+    done: Arc<AtomicBool>,
+}
+
+impl BatchEcho {
+    fn start(batch: usize) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        let stop = Arc::clone(&done);
+        thread::spawn(move || {
+            let Ok((mut stream, _)) = listener.accept() else {
+                return;
+            };
+            stream.set_nodelay(true).unwrap();
+            let codec = LengthPrefixed::default();
+            let mut inbound = BytesMut::new();
+            let mut answers = BytesMut::new();
+            let mut held = 0;
+            let mut buf = [0; 4096];
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(n) = stream.read(&mut buf) else { return };
+                if n == 0 {
+                    return;
+                }
+                inbound.extend_from_slice(&buf[..n]);
+                while let Some((id, payload)) = codec.cut(&mut inbound).unwrap() {
+                    LengthPrefixed::frame_into(id, &payload, &mut answers).unwrap();
+                    held += 1;
+                    if held == batch {
+                        stream.write_all(&answers).unwrap();
+                        answers.clear();
+                        held = 0;
+                    }
+                }
+            }
+        });
+        Self { addr, done }
+    }
+}
+
+impl Drop for BatchEcho {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+    }
+}
+
+/// `inner`, with every stream it connects recording the bytes of each write that moved any.
+#[derive(Debug)]
+struct CountingRuntime {
+    inner: Arc<dyn Runtime>,
+    writes: Arc<Mutex<Vec<usize>>>,
+}
+
+impl Runtime for CountingRuntime {
+    fn now(&self) -> Instant {
+        self.inner.now()
+    }
+
+    fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn Timer>> {
+        self.inner.new_timer(deadline)
+    }
+
+    fn spawn(&self, future: BoxFuture<'static, ()>) {
+        self.inner.spawn(future);
+    }
+
+    fn connect(
+        &self,
+        socket: PreparedSocket,
+        addr: SocketAddr,
+    ) -> BoxFuture<'static, io::Result<Box<dyn IoStream>>> {
+        let connecting = self.inner.connect(socket, addr);
+        let writes = Arc::clone(&self.writes);
+        Box::pin(async move {
+            let stream = connecting.await?;
+            Ok(Box::new(CountedStream { stream, writes }) as Box<dyn IoStream>)
+        })
+    }
+
+    fn resolve(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> BoxFuture<'static, Result<Vec<SocketAddr>, ResolveError>> {
+        self.inner.resolve(host, port)
+    }
+}
+
+#[derive(Debug)]
+struct CountedStream {
+    stream: Box<dyn IoStream>,
+    writes: Arc<Mutex<Vec<usize>>>,
+}
+
+impl CountedStream {
+    fn count(&self, written: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        if let Poll::Ready(Ok(n)) = written
+            && n > 0
+        {
+            self.writes.lock().unwrap().push(n);
+        }
+        written
+    }
+}
+
+impl IoStream for CountedStream {
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        self.stream.poll_read(cx, buf)
+    }
+
+    fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let written = self.stream.poll_write(cx, buf);
+        self.count(written)
+    }
+
+    fn poll_write_vectored(
+        &mut self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let written = self.stream.poll_write_vectored(cx, bufs);
+        self.count(written)
+    }
+
+    fn held(&self) -> usize {
+        self.stream.held()
+    }
+
+    fn socket(&self) -> SocketRef<'_> {
+        self.stream.socket()
+    }
+}
