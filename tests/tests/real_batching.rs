@@ -4,14 +4,18 @@
 //! scheduler and its LIFO slot) each caller's send then woke the driver straight into a round
 //! of its own: one write per request.
 //!
+//! A lone request needs no batch, and the driver does not yield for it: yielding costs a poll,
+//! and on tokio a wake of a parked worker.
+//!
 //! Deterministic setup: tokio's multi-thread scheduler with one worker (the LIFO slot and no
 //! stealing), and a peer that answers only once a whole batch of requests is in, with one
 //! write, so each batch of answers reaches the driver in one read.
 
+use std::future::Future;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::thread;
@@ -32,20 +36,12 @@ const PAYLOAD: &[u8] = b"a request of 32 bytes, padded..";
 #[test]
 fn the_callers_a_round_answers_send_their_next_requests_in_one_write() {
     let peer = BatchEcho::start(CALLERS);
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let writes = Arc::new(Mutex::new(Vec::new()));
-    let runtime = Arc::new(CountingRuntime {
-        inner: Arc::new(TokioRuntime::from_handle(tokio.handle().clone())),
-        writes: Arc::clone(&writes),
-    });
+    let tokio = one_worker();
+    let runtime = CountingRuntime::on(&tokio);
     let _entered = tokio.enter();
     let client = ClientBuilder::new(test_config())
         .node(peer.addr)
-        .build(runtime)
+        .build(runtime.clone())
         .unwrap();
     let node = client.initial_nodes()[0];
     let callers: Vec<_> = (0..CALLERS)
@@ -71,7 +67,7 @@ fn the_callers_a_round_answers_send_their_next_requests_in_one_write() {
     // Bytes per write, in requests. The first round's requests go out as the callers start;
     // every later round is sent by callers the driver answered in one round.
     let frame = LengthPrefixed::frame(0, PAYLOAD).unwrap().len();
-    let writes = writes.lock().unwrap().clone();
+    let writes = runtime.writes.lock().unwrap().clone();
     let requests: Vec<usize> = writes.iter().map(|bytes| bytes / frame).collect();
     assert_eq!(
         requests.iter().sum::<usize>(),
@@ -91,6 +87,47 @@ fn the_callers_a_round_answers_send_their_next_requests_in_one_write() {
         &[CALLERS; ROUNDS - 1],
         "every round after the first in one write: {requests:?}"
     );
+}
+
+#[test]
+fn a_lone_callers_request_goes_straight_through_the_driver() {
+    const REQUESTS: u64 = 200;
+    let peer = BatchEcho::start(1);
+    let tokio = one_worker();
+    let runtime = CountingRuntime::on(&tokio);
+    let _entered = tokio.enter();
+    let client = ClientBuilder::new(test_config())
+        .node(peer.addr)
+        .build(runtime.clone())
+        .unwrap();
+    let node = client.initial_nodes()[0];
+    let polls = tokio.block_on(async {
+        let send = || client.send(Target::Node(node), PAYLOAD, Duration::from_secs(10));
+        assert_eq!(send().await.as_deref(), Ok(PAYLOAD)); // connected and warm
+        let before = runtime.polls.load(Ordering::Relaxed);
+        for _ in 0..REQUESTS {
+            assert_eq!(send().await.as_deref(), Ok(PAYLOAD));
+        }
+        let polls = runtime.polls.load(Ordering::Relaxed) - before;
+        client.shutdown().await;
+        polls
+    });
+    // One poll takes the request and writes it, one reads its answer. A driver that yielded
+    // after every round that moved would take four (each yield one more), and on tokio each
+    // yield wakes a parked worker.
+    assert!(
+        polls <= 2 * REQUESTS + REQUESTS / 10,
+        "{polls} driver polls for {REQUESTS} requests one at a time"
+    );
+}
+
+/// tokio's multi-thread scheduler with one worker: its LIFO slot, and no stealing.
+fn one_worker() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// A peer that reads `LengthPrefixed` requests until it holds `batch` of them, then echoes
@@ -143,11 +180,38 @@ impl Drop for BatchEcho {
     }
 }
 
-/// `inner`, with every stream it connects recording the bytes of each write that moved any.
+/// `inner`, with every stream it connects recording the bytes of each write that moved any,
+/// and the polls of the tasks it spawns (the driver's: the one task a client spawns) counted.
 #[derive(Debug)]
 struct CountingRuntime {
     inner: Arc<dyn Runtime>,
     writes: Arc<Mutex<Vec<usize>>>,
+    polls: Arc<AtomicU64>,
+}
+
+impl CountingRuntime {
+    fn on(tokio: &tokio::runtime::Runtime) -> Arc<Self> {
+        Arc::new(Self {
+            inner: Arc::new(TokioRuntime::from_handle(tokio.handle().clone())),
+            writes: Arc::default(),
+            polls: Arc::default(),
+        })
+    }
+}
+
+/// A future whose polls are counted.
+struct CountPolls {
+    future: BoxFuture<'static, ()>,
+    polls: Arc<AtomicU64>,
+}
+
+impl Future for CountPolls {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.polls.fetch_add(1, Ordering::Relaxed);
+        self.future.as_mut().poll(cx)
+    }
 }
 
 impl Runtime for CountingRuntime {
@@ -160,7 +224,8 @@ impl Runtime for CountingRuntime {
     }
 
     fn spawn(&self, future: BoxFuture<'static, ()>) {
-        self.inner.spawn(future);
+        let polls = Arc::clone(&self.polls);
+        self.inner.spawn(Box::pin(CountPolls { future, polls }));
     }
 
     fn connect(
