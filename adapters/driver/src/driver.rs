@@ -680,14 +680,15 @@ impl Future for Driver {
     type Output = ();
 
     /// Rounds until one finds nothing to do (every source has the waker then), or until one
-    /// that took or answered more than one caller's request: then the driver yields (wakes
-    /// itself and returns), so the callers it answered run before its next round and the
-    /// requests they send next leave in one batch. Looping on instead wrote each round's
-    /// trickle of new requests on its own while the answered callers waited behind the
-    /// driver: on tokio's multi-thread runtime at 64 B × 64 in flight, 2.5 requests per
-    /// `writev` against 49 now, and half the throughput (BENCHMARKS.md). A lone request
-    /// loops on: yielding would hand the driver to the run queue, which on tokio wakes a
-    /// parked worker (two `futex` calls per request at 1 in flight) for no batch.
+    /// that took or answered more than one caller's request. Then the driver yields (wakes
+    /// itself and returns): the callers it answered run before its next round, their sends
+    /// find it already woken, and what they send leaves in one batch. Looping on instead, the
+    /// answered callers waited behind the driver, and on tokio's multi-thread runtime (which
+    /// runs a just-woken task next) the first one's send woke it into a round for that one
+    /// request, then the next: 2.5 requests per `writev` at 64 B × 64 in flight against 49
+    /// now, and half the throughput (BENCHMARKS.md, `tests/tests/real_batching.rs`). A lone
+    /// request loops on: yielding would cost a poll and, on tokio, a wake of a parked worker
+    /// (two `futex` calls per request at 1 in flight) for no batch.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
         for _ in 0..ROUNDS_PER_POLL {
