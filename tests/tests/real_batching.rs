@@ -29,13 +29,19 @@ use keepwire_driver::{
 use keepwire_tests::test_config;
 use keepwire_tokio::TokioRuntime;
 
-const CALLERS: usize = 8;
 const ROUNDS: usize = 4;
 const PAYLOAD: &[u8] = b"a request of 32 bytes, padded..";
 
 #[test]
 fn the_callers_a_round_answers_send_their_next_requests_in_one_write() {
-    let peer = BatchEcho::start(CALLERS);
+    // Two callers are already a batch worth yielding for.
+    for callers in [2, 8] {
+        callers_send_each_round_in_one_write(callers);
+    }
+}
+
+fn callers_send_each_round_in_one_write(callers: usize) {
+    let peer = BatchEcho::start(callers);
     let tokio = one_worker();
     let runtime = CountingRuntime::on(&tokio);
     let _entered = tokio.enter();
@@ -44,7 +50,7 @@ fn the_callers_a_round_answers_send_their_next_requests_in_one_write() {
         .build(runtime.clone())
         .unwrap();
     let node = client.initial_nodes()[0];
-    let callers: Vec<_> = (0..CALLERS)
+    let tasks: Vec<_> = (0..callers)
         .map(|_| {
             let client = client.clone();
             tokio.spawn(async move {
@@ -58,8 +64,8 @@ fn the_callers_a_round_answers_send_their_next_requests_in_one_write() {
         })
         .collect();
     tokio.block_on(async {
-        for caller in callers {
-            caller.await.unwrap();
+        for task in tasks {
+            task.await.unwrap();
         }
         client.shutdown().await;
     });
@@ -71,7 +77,7 @@ fn the_callers_a_round_answers_send_their_next_requests_in_one_write() {
     let requests: Vec<usize> = writes.iter().map(|bytes| bytes / frame).collect();
     assert_eq!(
         requests.iter().sum::<usize>(),
-        CALLERS * ROUNDS,
+        callers * ROUNDS,
         "{requests:?}"
     );
     let mut sent = 0;
@@ -79,12 +85,12 @@ fn the_callers_a_round_answers_send_their_next_requests_in_one_write() {
         .iter()
         .take_while(|n| {
             sent += **n;
-            sent <= CALLERS
+            sent <= callers
         })
         .count();
     assert_eq!(
         &requests[first_round_writes..],
-        &[CALLERS; ROUNDS - 1],
+        &[callers; ROUNDS - 1],
         "every round after the first in one write: {requests:?}"
     );
 }
