@@ -145,9 +145,9 @@ pub(crate) struct Driver {
     /// A graceful shutdown is under way: stop once every node is `Closed`.
     draining: bool,
     stopping: bool,
-    /// Commands taken from callers plus callers answered, ever: a round's share of it says
-    /// whether the driver yields after it ([`Driver::poll`]).
-    handoffs: u64,
+    /// Callers answered, ever: a round's share of it says whether the driver yields after it
+    /// ([`Driver::poll`]).
+    answered: u64,
 }
 
 /// The driver's timer and the deadline it is armed at; `None` once it fired (it must be reset
@@ -232,7 +232,7 @@ impl Driver {
             shutdown_replies: Vec::new(),
             draining: false,
             stopping: false,
-            handoffs: 0,
+            answered: 0,
         };
         Ok((driver, ids))
     }
@@ -294,7 +294,7 @@ impl Driver {
                     if let Some(waiting) = self.waiting.remove(id) {
                         self.sends.remove(&waiting.key);
                         answer(waiting.reply, result_of(outcome, sent, retried));
-                        self.handoffs += 1;
+                        self.answered += 1;
                         self.forget_id(id, waiting.protocol_id);
                     }
                 }
@@ -313,7 +313,6 @@ impl Driver {
         let mut commands = std::mem::take(&mut self.commands);
         let polled = poll_commands(&mut self.inbox, cx, &mut commands, COMMAND_BATCH);
         let moved = !commands.is_empty();
-        self.handoffs += commands.len() as u64;
         for command in commands.drain(..) {
             self.execute(command);
             self.settle();
@@ -680,19 +679,19 @@ impl Future for Driver {
     type Output = ();
 
     /// Rounds until one finds nothing to do (every source has the waker then), or until one
-    /// that took or answered more than one caller's request. Then the driver yields (wakes
-    /// itself and returns): the callers it answered run before its next round, their sends
-    /// find it already woken, and what they send leaves in one batch. Looping on instead, the
-    /// answered callers waited behind the driver, and on tokio's multi-thread runtime (which
-    /// runs a just-woken task next) the first one's send woke it into a round for that one
-    /// request, then the next: 2.5 requests per `writev` at 64 B × 64 in flight against 49
-    /// now, and half the throughput (BENCHMARKS.md, `tests/tests/real_batching.rs`). A lone
-    /// request loops on: yielding would cost a poll and, on tokio, a wake of a parked worker
-    /// (two `futex` calls per request at 1 in flight) for no batch.
+    /// that answered more than one caller. Then the driver yields (wakes itself and returns):
+    /// the callers it answered run before its next round, their sends find it already woken,
+    /// and what they send leaves in one batch. Looping on instead, the answered callers waited
+    /// behind the driver, and on tokio's multi-thread runtime (which runs a just-woken task
+    /// next) the first one's send woke it into a round for that one request, then the next:
+    /// 2.5 requests per `writev` at 64 B × 64 in flight against 49 now, and half the
+    /// throughput (BENCHMARKS.md, `tests/tests/real_batching.rs`). A lone answer loops on:
+    /// yielding would cost a poll and, on tokio, a wake of a parked worker (two `futex` calls
+    /// per request at 1 in flight) for no batch.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
         for _ in 0..ROUNDS_PER_POLL {
-            let handoffs = this.handoffs;
+            let answered = this.answered;
             let moved = this.round(cx);
             if this.draining && this.drained() {
                 this.stopping = true;
@@ -705,7 +704,7 @@ impl Future for Driver {
                 this.after_rounds();
                 return Poll::Pending;
             }
-            if this.handoffs - handoffs > 1 {
+            if this.answered - answered > 1 {
                 break;
             }
         }
