@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use keepwire_driver::{
-    BoxFuture, ClientBuilder, IoStream, LengthPrefixed, PreparedSocket, ResolveError, Runtime,
-    SocketRef, Target, Timer,
+    BoxFuture, Client, ClientBuilder, IoStream, LengthPrefixed, NodeId, PreparedSocket,
+    ResolveError, Runtime, SocketRef, Target, Timer,
 };
 use keepwire_tests::test_config;
 use keepwire_tokio::TokioRuntime;
@@ -44,12 +44,7 @@ fn callers_send_each_round_in_one_write(callers: usize) {
     let peer = BatchEcho::start(callers);
     let tokio = one_worker();
     let runtime = CountingRuntime::on(&tokio);
-    let _entered = tokio.enter();
-    let client = ClientBuilder::new(test_config())
-        .node(peer.addr)
-        .build(runtime.clone())
-        .unwrap();
-    let node = client.initial_nodes()[0];
+    let (client, node) = client_of(&runtime, peer.addr);
     let tasks: Vec<_> = (0..callers)
         .map(|_| {
             let client = client.clone();
@@ -101,12 +96,7 @@ fn a_lone_callers_request_goes_straight_through_the_driver() {
     let peer = BatchEcho::start(1);
     let tokio = one_worker();
     let runtime = CountingRuntime::on(&tokio);
-    let _entered = tokio.enter();
-    let client = ClientBuilder::new(test_config())
-        .node(peer.addr)
-        .build(runtime.clone())
-        .unwrap();
-    let node = client.initial_nodes()[0];
+    let (client, node) = client_of(&runtime, peer.addr);
     let polls = tokio.block_on(async {
         let send = || client.send(Target::Node(node), PAYLOAD, Duration::from_secs(10));
         assert_eq!(send().await.as_deref(), Ok(PAYLOAD)); // connected and warm
@@ -125,6 +115,16 @@ fn a_lone_callers_request_goes_straight_through_the_driver() {
         polls <= 2 * REQUESTS + REQUESTS / 10,
         "{polls} driver polls for {REQUESTS} requests one at a time"
     );
+}
+
+/// A client of the one node at `addr`, on `runtime`.
+fn client_of(runtime: &Arc<CountingRuntime>, addr: SocketAddr) -> (Client, NodeId) {
+    let client = ClientBuilder::new(test_config())
+        .node(addr)
+        .build(runtime.clone())
+        .unwrap();
+    let node = client.initial_nodes()[0];
+    (client, node)
 }
 
 /// tokio's multi-thread scheduler with one worker: its LIFO slot, and no stealing.
