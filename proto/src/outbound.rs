@@ -162,6 +162,11 @@ impl Outbound {
         self.frames.front_mut()
     }
 
+    /// Whether the queue holds a live frame (handed out or not).
+    pub(crate) fn has_live(&self) -> bool {
+        self.live > 0
+    }
+
     /// Whether a live frame waits that has not been handed out.
     pub(crate) fn has_unhanded(&self) -> bool {
         self.handed.is_none() && self.live > 0

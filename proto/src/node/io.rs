@@ -92,6 +92,9 @@ impl Node {
     /// Puts the frame of `id` in the outbound queue. A heartbeat's frame is queued like any
     /// other but not counted among the node's requests.
     pub(super) fn queue(&mut self, sink: &mut Sink<'_>, id: RequestId, frame: Bytes, cost: u64) {
+        // The write timeout follows the oldest live frame: a frame queued behind one leaves it
+        // where it is.
+        let behind_a_live_frame = self.outbound.has_live();
         let (seq, flip) = self.outbound.push(
             Frame {
                 id,
@@ -116,7 +119,9 @@ impl Node {
         }
         sink.total_pending.add(cost);
         sink.writability(self.id, flip, self.outbound.pending());
-        self.rearm_write_timer(sink);
+        if !behind_a_live_frame {
+            self.rearm_write_timer(sink);
+        }
         self.schedule_transmit(sink);
         self.after_request_change(sink);
         self.demand_connection(sink);
