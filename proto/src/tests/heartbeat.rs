@@ -298,6 +298,39 @@ fn a_ping_never_counts_against_the_in_flight_limit_or_selection() {
     assert!(h.pool.holds(req));
 }
 
+/// A request that comes and goes while a connection is idle restarts both idle clocks, the
+/// ping's and the idle close's: each runs from the request's end, not from when the
+/// connection first went idle (the timers armed then must not survive the request), whether
+/// it was answered or cancelled before a byte of it was written.
+#[test]
+fn a_short_request_restarts_the_idle_clocks() {
+    for answered in [true, false] {
+        let mut config = heartbeats();
+        config.idle_timeout = secs(15);
+        let (mut h, node, conn) = ready(config);
+        h.advance(secs(5));
+        let id = h.submit(node, 10, secs(30));
+        if answered {
+            h.flush(conn);
+        }
+        h.advance(secs(2));
+        if answered {
+            h.respond(conn, id);
+        } else {
+            h.pool.cancel(h.now, id).unwrap();
+        }
+        let ended = h.now;
+        let ping = ping_due(&mut h, conn);
+        assert_eq!(h.now, ended + INTERVAL + NS, "answered: {answered}");
+        send_ping(&mut h, conn, ping);
+        h.respond(conn, ping);
+        h.advance_to(ended + secs(15));
+        assert_eq!(h.pool.node_state(node), Some(NodeState::Ready));
+        h.advance(NS);
+        assert_eq!(closes(&mut h), [CloseReason::Idle], "answered: {answered}");
+    }
+}
+
 #[test]
 fn a_ping_never_keeps_an_idle_connection_open() {
     let mut config = heartbeats();
