@@ -105,6 +105,32 @@ fn a_graceful_shutdown_closes_an_idle_ready_connection_without_draining() {
     );
 }
 
+/// A drain ends with the last live request, even while one that timed out in flight still
+/// holds its slot for a late answer: the answer to the other request closes the connection.
+#[test]
+fn a_drain_ends_with_the_last_live_request_while_a_timed_out_one_holds_its_slot() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let conn = h.ready(node);
+    let timed_out = h.submit(node, 10, secs(2));
+    let live = h.submit(node, 10, secs(60));
+    h.flush(conn);
+    h.pool.shutdown_gracefully(h.now);
+    h.advance(secs(3));
+    assert!(h.pool.holds(timed_out), "its slot waits for a late answer");
+    assert_eq!(h.pool.node_state(node), Some(NodeState::Closing));
+    h.take_actions();
+    h.respond(conn, live);
+    assert_eq!(h.pool.node_state(node), Some(NodeState::Closed));
+    assert_eq!(
+        h.take_actions(),
+        [Action::Close {
+            conn,
+            reason: crate::CloseReason::Shutdown
+        }]
+    );
+}
+
 #[test]
 fn the_timers_of_a_closed_connection_never_fire() {
     let mut config = exact();
