@@ -260,6 +260,32 @@ impl Process {
             "kill -{signal:?} {pid}: {}",
             io::Error::last_os_error()
         );
+        if signal == Signal::Stop {
+            self.wait_stopped();
+        }
+    }
+
+    /// Waits until every thread of the process has stopped. `kill` only queues SIGSTOP: a
+    /// thread running on another core meanwhile may still answer a request, which a test
+    /// that counts on nothing being answered after the stop cannot tell from a bug.
+    fn wait_stopped(&self) {
+        let tasks = format!("/proc/{}/task", self.pid());
+        let stopped = |task: fs::DirEntry| {
+            fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                // The state follows the command name, which is in parentheses.
+                stat.rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with(['T', 't']))
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !fs::read_dir(&tasks).is_ok_and(|dir| dir.filter_map(Result::ok).all(stopped)) {
+            assert!(
+                Instant::now() < deadline,
+                "pid {} not stopped within 2 s of SIGSTOP",
+                self.pid()
+            );
+            thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// Whether it has exited (then with the end of its log).
