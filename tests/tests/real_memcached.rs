@@ -376,7 +376,17 @@ async fn a_stopped_server_while_sending_large_values(runtime: Arc<dyn Runtime>) 
                         .await
                 }));
                 let queued = sends.len();
-                while client.node_info(node).await.unwrap().in_flight < queued {
+                let since = Instant::now();
+                loop {
+                    let in_flight = client.node_info(node).await.unwrap().in_flight;
+                    if in_flight >= queued {
+                        break;
+                    }
+                    // A request answered after the stop would never let the count catch up.
+                    assert!(
+                        since.elapsed() < Duration::from_secs(2),
+                        "{in_flight} in flight of {queued} sent to the stopped server"
+                    );
                     sleep(&*runtime, Duration::from_millis(1)).await;
                 }
             }
