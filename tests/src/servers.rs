@@ -531,8 +531,13 @@ impl MemcachedServer {
         }
         let mut process = Process::spawn(&mut command, Kind::Memcached, &self.dir.join("log"))?;
         let addr = self.addr();
-        let ready = wait_ready(&mut process, "memcached", || {
-            memcached_version(addr).map(drop).map_err(|e| e.to_string())
+        let ours = process.pid();
+        // Ready once *this* process answers: another test's memcached may have taken the port
+        // first, and ours then exits, but the port answers all the same.
+        let ready = wait_ready(&mut process, "memcached", || match memcached_pid(addr) {
+            Ok(pid) if pid == ours => Ok(()),
+            Ok(pid) => Err(format!("the port is memcached {pid}'s, not ours ({ours})")),
+            Err(e) => Err(e.to_string()),
         });
         match ready {
             Ok(()) => {
@@ -594,6 +599,27 @@ impl Drop for MemcachedServer {
 }
 
 /// Asks `version` on a fresh blocking connection.
+/// The pid of the memcached answering at `addr` (from `stats`).
+fn memcached_pid(addr: SocketAddr) -> io::Result<u32> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
+    stream.set_read_timeout(Some(Duration::from_millis(500)))?;
+    stream.write_all(b"stats\r\n")?;
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !answer.ends_with(b"END\r\n") {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    String::from_utf8_lossy(&answer)
+        .lines()
+        .find_map(|line| line.strip_prefix("STAT pid ")?.trim().parse().ok())
+        .ok_or_else(|| io::Error::other("no pid in memcached's stats"))
+}
+
+#[cfg(test)]
 fn memcached_version(addr: SocketAddr) -> io::Result<String> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
     stream.set_read_timeout(Some(Duration::from_millis(500)))?;
@@ -882,10 +908,11 @@ mod tests {
         let mut server = MemcachedServer::start().unwrap();
         let (addr, dir) = (server.addr(), server.dir.clone());
         assert!(memcached_version(addr).unwrap().starts_with("VERSION 1.6"));
+        assert_eq!(memcached_pid(addr).unwrap(), server.pid(), "ours answers");
         server.signal(Signal::Kill);
         assert!(memcached_version(addr).is_err(), "gone");
         server.restart().unwrap();
-        assert!(memcached_version(addr).is_ok(), "back on {addr}");
+        assert_eq!(memcached_pid(addr).unwrap(), server.pid(), "back on {addr}");
         let pid = server.pid();
         drop(server);
         assert!(!Path::new(&format!("/proc/{pid}")).exists(), "reaped");
