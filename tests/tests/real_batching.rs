@@ -15,7 +15,7 @@ use std::future::Future;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::thread;
@@ -41,10 +41,10 @@ fn the_callers_a_round_answers_send_their_next_requests_in_one_write() {
 }
 
 fn callers_send_each_round_in_one_write(callers: usize) {
-    let peer = BatchEcho::start(callers);
+    let peer = batch_echo(callers);
     let tokio = one_worker();
     let runtime = CountingRuntime::on(&tokio);
-    let (client, node) = client_of(&runtime, peer.addr);
+    let (client, node) = client_of(&runtime, peer);
     let tasks: Vec<_> = (0..callers)
         .map(|_| {
             let client = client.clone();
@@ -93,10 +93,10 @@ fn callers_send_each_round_in_one_write(callers: usize) {
 #[test]
 fn a_lone_callers_request_goes_straight_through_the_driver() {
     const REQUESTS: u64 = 200;
-    let peer = BatchEcho::start(1);
+    let peer = batch_echo(1);
     let tokio = one_worker();
     let runtime = CountingRuntime::on(&tokio);
-    let (client, node) = client_of(&runtime, peer.addr);
+    let (client, node) = client_of(&runtime, peer);
     let polls = tokio.block_on(async {
         let send = || client.send(Target::Node(node), PAYLOAD, Duration::from_secs(10));
         assert_eq!(send().await.as_deref(), Ok(PAYLOAD)); // connected and warm
@@ -137,53 +137,38 @@ fn one_worker() -> tokio::runtime::Runtime {
 }
 
 /// A peer that reads `LengthPrefixed` requests until it holds `batch` of them, then echoes
-/// them all in one write; for one connection, until it closes.
-struct BatchEcho {
-    addr: SocketAddr,
-    done: Arc<AtomicBool>,
-}
-
-impl BatchEcho {
-    fn start(batch: usize) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let done = Arc::new(AtomicBool::new(false));
-        let stop = Arc::clone(&done);
-        thread::spawn(move || {
-            let Ok((mut stream, _)) = listener.accept() else {
+/// them all in one write; for one connection, until it closes. Its address.
+fn batch_echo(batch: usize) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        let Ok((mut stream, _)) = listener.accept() else {
+            return;
+        };
+        stream.set_nodelay(true).unwrap();
+        let codec = LengthPrefixed::default();
+        let mut inbound = BytesMut::new();
+        let mut answers = BytesMut::new();
+        let mut held = 0;
+        let mut buf = [0; 4096];
+        loop {
+            let Ok(n) = stream.read(&mut buf) else { return };
+            if n == 0 {
                 return;
-            };
-            stream.set_nodelay(true).unwrap();
-            let codec = LengthPrefixed::default();
-            let mut inbound = BytesMut::new();
-            let mut answers = BytesMut::new();
-            let mut held = 0;
-            let mut buf = [0; 4096];
-            while !stop.load(Ordering::Relaxed) {
-                let Ok(n) = stream.read(&mut buf) else { return };
-                if n == 0 {
-                    return;
-                }
-                inbound.extend_from_slice(&buf[..n]);
-                while let Some((id, payload)) = codec.cut(&mut inbound).unwrap() {
-                    LengthPrefixed::frame_into(id, &payload, &mut answers).unwrap();
-                    held += 1;
-                    if held == batch {
-                        stream.write_all(&answers).unwrap();
-                        answers.clear();
-                        held = 0;
-                    }
+            }
+            inbound.extend_from_slice(&buf[..n]);
+            while let Some((id, payload)) = codec.cut(&mut inbound).unwrap() {
+                LengthPrefixed::frame_into(id, &payload, &mut answers).unwrap();
+                held += 1;
+                if held == batch {
+                    stream.write_all(&answers).unwrap();
+                    answers.clear();
+                    held = 0;
                 }
             }
-        });
-        Self { addr, done }
-    }
-}
-
-impl Drop for BatchEcho {
-    fn drop(&mut self) {
-        self.done.store(true, Ordering::Relaxed);
-    }
+        }
+    });
+    addr
 }
 
 /// `inner`, with every stream it connects recording the bytes of each write that moved any,
