@@ -598,47 +598,40 @@ impl Drop for MemcachedServer {
     }
 }
 
-/// Asks `version` on a fresh blocking connection.
 /// The pid of the memcached answering at `addr` (from `stats`).
 fn memcached_pid(addr: SocketAddr) -> io::Result<u32> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
-    stream.set_read_timeout(Some(Duration::from_millis(500)))?;
-    stream.write_all(b"stats\r\n")?;
-    let mut answer = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while !answer.ends_with(b"END\r\n") {
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        answer.extend_from_slice(&chunk[..n]);
-    }
-    String::from_utf8_lossy(&answer)
+    memcached_ask(addr, "stats", "END\r\n")?
         .lines()
         .find_map(|line| line.strip_prefix("STAT pid ")?.trim().parse().ok())
         .ok_or_else(|| io::Error::other("no pid in memcached's stats"))
 }
 
+/// Asks `version` on a fresh blocking connection.
 #[cfg(test)]
 fn memcached_version(addr: SocketAddr) -> io::Result<String> {
+    let answer = memcached_ask(addr, "version", "\r\n")?;
+    if answer.starts_with("VERSION ") {
+        Ok(answer)
+    } else {
+        Err(io::Error::other(format!("unexpected answer {answer:?}")))
+    }
+}
+
+/// Sends `command` on a fresh blocking connection and reads the answer up to `end`.
+fn memcached_ask(addr: SocketAddr, command: &str, end: &str) -> io::Result<String> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
     stream.set_read_timeout(Some(Duration::from_millis(500)))?;
-    stream.write_all(b"version\r\n")?;
+    stream.write_all(format!("{command}\r\n").as_bytes())?;
     let mut answer = Vec::new();
-    let mut chunk = [0u8; 64];
-    while !answer.ends_with(b"\r\n") {
+    let mut chunk = [0u8; 4096];
+    while !answer.ends_with(end.as_bytes()) {
         let n = stream.read(&mut chunk)?;
         if n == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
         answer.extend_from_slice(&chunk[..n]);
     }
-    let answer = String::from_utf8_lossy(&answer).into_owned();
-    if answer.starts_with("VERSION ") {
-        Ok(answer)
-    } else {
-        Err(io::Error::other(format!("unexpected answer {answer:?}")))
-    }
+    Ok(String::from_utf8_lossy(&answer).into_owned())
 }
 
 // ---------------------------------------------------------------------------------------------
