@@ -169,7 +169,7 @@ impl Outbound {
 
     /// Whether a live frame waits that has not been handed out.
     pub(crate) fn has_unhanded(&self) -> bool {
-        self.handed.is_none() && self.live > 0
+        self.handed.is_none() && self.has_live()
     }
 
     /// Bytes handed out and not yet reported, if a hand-out is outstanding.
