@@ -1,13 +1,12 @@
-//! B and C on tokio: the hand-written clients keepwire is measured against.
+//! B and C on tokio: the hand-written clients keepwire is measured against ([`hand`] has
+//! what they do; this, their tasks, socket and timer).
 
 use super::*;
-use std::sync::atomic::{AtomicU64, Ordering};
+use hand::{Plain, Timeout, WithTimeouts};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
-
-type Reply = oneshot::Sender<Bytes>;
 
 pub(super) struct Tasks {
     writer: JoinHandle<()>,
@@ -24,119 +23,64 @@ impl Tasks {
     }
 }
 
-/// B: no timeouts, the pending map owned by the reader.
+/// `tokio::time::timeout`.
 #[derive(Clone)]
-pub(super) struct Plain {
-    queue: mpsc::UnboundedSender<(Bytes, Reply)>,
-}
+pub(super) struct TokioTimeout;
 
-impl Caller for Plain {
-    async fn call(&self, payload: Bytes) -> Option<Bytes> {
-        let (reply, answer) = oneshot::channel();
-        self.queue.send((payload, reply)).ok()?;
-        answer.await.ok()
+impl Timeout for TokioTimeout {
+    async fn within(
+        &self,
+        answer: oneshot::Receiver<Bytes>,
+    ) -> Option<Result<Bytes, oneshot::error::RecvError>> {
+        tokio::time::timeout(TIMEOUT, answer).await.ok()
     }
 }
 
+/// B: no timeouts, the pending map owned by the reader.
 pub(super) async fn connect(addr: SocketAddr) -> io::Result<(Plain, Tasks)> {
-    let (read, mut write) = open(addr).await?;
-    let (queue, mut queued) = mpsc::unbounded_channel::<(Bytes, Reply)>();
-    let (register, mut registered) = mpsc::unbounded_channel::<(u64, Reply)>();
-    let writer = tokio::spawn(async move {
-        let mut taken = Vec::with_capacity(256);
-        let mut batch = BytesMut::with_capacity(CHUNK);
-        let mut next_id = 0u64;
-        while queued.recv_many(&mut taken, 256).await > 0 {
-            for (payload, reply) in taken.drain(..) {
-                LengthPrefixed::frame_into(next_id, &payload, &mut batch).expect("fits");
-                let _ = register.send((next_id, reply));
-                next_id += 1;
-            }
-            if write_batch(&mut write, &mut batch).await.is_err() {
-                return;
-            }
-        }
-    });
-    let reader = tokio::spawn(async move {
-        let mut pending: HashMap<u64, Reply> = HashMap::with_capacity(1024);
-        read_loop(read, |id, payload| {
-            let reply = pending.remove(&id).or_else(|| {
-                while let Ok((id, reply)) = registered.try_recv() {
-                    pending.insert(id, reply);
-                }
-                pending.remove(&id)
-            });
-            if let Some(reply) = reply {
-                let _ = reply.send(payload);
-            }
-        })
-        .await;
-    });
-    Ok((Plain { queue }, Tasks { writer, reader }))
+    let parts = hand::plain();
+    Ok((
+        parts.caller,
+        run(addr, parts.queued, parts.frame, parts.answer).await?,
+    ))
 }
 
 /// C: a timeout per call, the pending map shared behind a lock.
-#[derive(Clone)]
-pub(super) struct WithTimeouts {
-    queue: mpsc::UnboundedSender<(u64, Bytes)>,
-    pending: Arc<Mutex<HashMap<u64, Reply>>>,
-    next_id: Arc<AtomicU64>,
+pub(super) async fn connect_with_timeouts(
+    addr: SocketAddr,
+) -> io::Result<(WithTimeouts<TokioTimeout>, Tasks)> {
+    let parts = hand::with_timeouts(TokioTimeout);
+    Ok((
+        parts.caller,
+        run(addr, parts.queued, parts.frame, parts.answer).await?,
+    ))
 }
 
-impl Caller for WithTimeouts {
-    async fn call(&self, payload: Bytes) -> Option<Bytes> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (reply, answer) = oneshot::channel();
-        self.pending.lock().expect("pending").insert(id, reply);
-        self.queue.send((id, payload)).ok()?;
-        match tokio::time::timeout(TIMEOUT, answer).await {
-            Ok(Ok(answer)) => Some(answer),
-            _ => {
-                self.pending.lock().expect("pending").remove(&id);
-                None
-            }
-        }
-    }
-}
-
-pub(super) async fn connect_with_timeouts(addr: SocketAddr) -> io::Result<(WithTimeouts, Tasks)> {
-    let (read, mut write) = open(addr).await?;
-    let (queue, mut queued) = mpsc::unbounded_channel::<(u64, Bytes)>();
-    let pending = Arc::new(Mutex::new(HashMap::with_capacity(1024)));
+/// Connects and starts the writer (framing with `frame` whatever is queued into one buffer,
+/// written at once) and the reader (cutting answers for `answer`).
+async fn run<T: Send + 'static>(
+    addr: SocketAddr,
+    mut queued: mpsc::UnboundedReceiver<T>,
+    mut frame: impl FnMut(T, &mut BytesMut) + Send + 'static,
+    answer: impl FnMut(u64, Bytes) + Send + 'static,
+) -> io::Result<Tasks> {
+    let stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let (read, mut write) = stream.into_split();
     let writer = tokio::spawn(async move {
         let mut taken = Vec::with_capacity(256);
         let mut batch = BytesMut::with_capacity(CHUNK);
         while queued.recv_many(&mut taken, 256).await > 0 {
-            for (id, payload) in taken.drain(..) {
-                LengthPrefixed::frame_into(id, &payload, &mut batch).expect("fits");
+            for item in taken.drain(..) {
+                frame(item, &mut batch);
             }
             if write_batch(&mut write, &mut batch).await.is_err() {
                 return;
             }
         }
     });
-    let shared: Arc<Mutex<HashMap<u64, Reply>>> = Arc::clone(&pending);
-    let reader = tokio::spawn(async move {
-        read_loop(read, |id, payload| {
-            let reply = shared.lock().expect("pending").remove(&id);
-            if let Some(reply) = reply {
-                let _ = reply.send(payload);
-            }
-        })
-        .await;
-    });
-    let caller = WithTimeouts {
-        queue,
-        pending,
-        next_id: Arc::default(),
-    };
-    Ok((caller, Tasks { writer, reader }))
-}
-
-async fn open(addr: SocketAddr) -> io::Result<(OwnedReadHalf, OwnedWriteHalf)> {
-    let stream = tokio::net::TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
-    Ok(stream.into_split())
+    let reader = tokio::spawn(read_loop(read, answer));
+    Ok(Tasks { writer, reader })
 }
 
 async fn write_batch(write: &mut OwnedWriteHalf, batch: &mut BytesMut) -> io::Result<()> {

@@ -46,6 +46,7 @@ use keepwire_tokio::{Config, Target};
 mod counting;
 
 mod echo;
+mod hand;
 mod hand_smol;
 mod hand_tokio;
 
