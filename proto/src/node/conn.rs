@@ -137,7 +137,22 @@ impl Node {
     /// Keeps the idle and heartbeat timers in step with the node's requests (armed from the
     /// moment a ready connection holds none, stopped while it holds any), and closes a drained
     /// `Closing` connection.
+    #[inline]
     pub(crate) fn after_request_change(&mut self, sink: &mut Sink<'_>) {
+        // The common case, a request more or less on a busy ready connection, changes nothing:
+        // both timers stay stopped.
+        let busy = self.requests > 0 && self.state == NodeState::Ready;
+        if busy
+            && self.timers.get(NodeTimer::Idle).is_none()
+            && self.timers.get(NodeTimer::Heartbeat).is_none()
+        {
+            return;
+        }
+        self.keep_idle_timers(sink);
+    }
+
+    /// The slow path of [`Node::after_request_change`].
+    fn keep_idle_timers(&mut self, sink: &mut Sink<'_>) {
         if self.state == NodeState::Closing && self.conn.is_some() {
             if self.drained(sink) {
                 self.close(sink, CloseReason::Shutdown, true);

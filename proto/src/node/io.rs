@@ -316,44 +316,60 @@ impl Node {
         // In flight on this connection: fully written on it, or partly written (a frame only
         // handed out has not reached the peer).
         let outbound = &self.outbound;
-        let on_this_conn = sink
+        let found = sink
             .requests
             .get(id)
             .filter(|r| r.node == self.id)
-            .map(|r| match r.stage {
+            .filter(|r| match r.stage {
                 Stage::Sent { conn: generation } => generation == conn.generation,
                 Stage::Writing { seq } => outbound.get(seq).is_some_and(|f| f.written > 0),
                 Stage::Queued { .. } | Stage::Reserved => false,
-            });
-        if on_this_conn != Some(true) {
+            })
+            .map(|r| (r.heartbeat, r.stage));
+        let Some((heartbeat, stage)) = found else {
             sink.counters.protocol_violations += 1;
             let violation = Violation::UnknownRequest(id);
             self.close(sink, CloseReason::Protocol(violation), true);
             return Err(HandleError::UnknownRequest);
-        }
+        };
         if let Some(c) = self.conn.as_mut() {
             c.partial_since = None;
             self.disarm(sink, NodeTimer::Frame);
         }
-        let Some(r) = sink.requests.get(id) else {
-            return Ok(());
-        };
-        if r.heartbeat {
+        if heartbeat {
             self.heartbeat_answered(sink, id);
             return Ok(());
         }
-        let (ended, sent) = (r.ended, self.sent(r.stage));
-        if ended {
+        // Nothing more can arrive for it: its slot goes now, its event (if it has not ended
+        // yet) with what the slot said.
+        let sent = self.sent(stage);
+        let Some(r) = sink.requests.remove(id) else {
+            return Ok(());
+        };
+        if r.ended {
             sink.counters.late_responses += 1;
         } else {
             sink.counters.responses += 1;
-            sink.end_request(id, Outcome::Response(payload), sent);
+            sink.timers.cancel(TimerKey::Request(id));
+            sink.events.push_back(Event::RequestDone {
+                id,
+                node: r.node,
+                outcome: Outcome::Response(payload),
+                sent,
+                retried: r.retried,
+            });
             self.timeouts = 0;
             self.failures = 0;
             // In panic mode a quarantined node still serves; an answer is the best proof.
             self.readmit(sink, Readmission::Answered);
         }
-        self.free_request(sink, id);
+        // Answered oldest first (the usual order), it leaves the awaited list at once instead
+        // of waiting there for `compact_awaiting`.
+        if self.awaiting.front() == Some(&id) {
+            self.awaiting.pop_front();
+        }
+        self.requests -= 1;
+        self.after_request_change(sink);
         Ok(())
     }
 

@@ -137,8 +137,10 @@ impl Pool {
         };
         let result = f(node, &mut sink);
         let after = node.census();
-        self.census.remove(before);
-        self.census.add(after);
+        if after != before {
+            self.census.remove(before);
+            self.census.add(after);
+        }
         self.index.touch(id.index);
         Ok(result)
     }
