@@ -24,7 +24,7 @@ pub(crate) enum Stage {
 /// `ended` says so.
 ///
 /// [`Event::RequestDone`]: crate::Event::RequestDone
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Request {
     pub(crate) node: NodeId,
     pub(crate) deadline: Instant,
@@ -39,10 +39,13 @@ pub(crate) struct Request {
     pub(crate) ended: bool,
 }
 
+/// A slot of the table. A freed slot keeps its last request's fields (`live` says it is free),
+/// so taking a request out moves nothing.
 #[derive(Debug)]
 struct Slot {
     generation: u32,
-    request: Option<Request>,
+    live: bool,
+    request: Request,
 }
 
 #[derive(Debug, Default)]
@@ -63,53 +66,49 @@ impl Requests {
     pub(crate) fn insert(&mut self, request: Request) -> RequestId {
         if let Some(slot) = self.free.pop() {
             let entry = &mut self.slots[slot as usize];
-            entry.request = Some(request);
+            entry.request = request;
+            entry.live = true;
             return RequestId::new(slot, entry.generation);
         }
         let slot = self.slots.len() as u32;
         self.slots.push(Slot {
             generation: 0,
-            request: Some(request),
+            live: true,
+            request,
         });
         RequestId::new(slot, 0)
     }
 
     pub(crate) fn get(&self, id: RequestId) -> Option<&Request> {
         let slot = self.slots.get(id.slot())?;
-        if slot.generation != id.generation() {
-            return None;
-        }
-        slot.request.as_ref()
+        (slot.live && slot.generation == id.generation()).then_some(&slot.request)
     }
 
     pub(crate) fn get_mut(&mut self, id: RequestId) -> Option<&mut Request> {
         let slot = self.slots.get_mut(id.slot())?;
-        if slot.generation != id.generation() {
-            return None;
-        }
-        slot.request.as_mut()
+        (slot.live && slot.generation == id.generation()).then_some(&mut slot.request)
     }
 
     /// Frees the slot of `id`; the id is never valid again.
     pub(crate) fn remove(&mut self, id: RequestId) -> Option<Request> {
         let slot = self.slots.get_mut(id.slot())?;
-        if slot.generation != id.generation() {
+        if !slot.live || slot.generation != id.generation() {
             return None;
         }
-        let request = slot.request.take()?;
+        slot.live = false;
         slot.generation = slot.generation.wrapping_add(1);
         self.free.push(id.slot() as u32);
-        Some(request)
+        Some(slot.request)
     }
 
     /// Every live request, for invariant checks.
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn iter(&self) -> impl Iterator<Item = (RequestId, &Request)> {
-        self.slots.iter().enumerate().filter_map(|(i, s)| {
-            s.request
-                .as_ref()
-                .map(|r| (RequestId::new(i as u32, s.generation), r))
-        })
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.live)
+            .map(|(i, s)| (RequestId::new(i as u32, s.generation), &s.request))
     }
 }
 
