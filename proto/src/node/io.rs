@@ -23,7 +23,7 @@ impl Sink<'_> {
         }
         r.ended = true;
         let (node, retried) = (r.node, r.retried);
-        self.timers.cancel(TimerKey::Request(id));
+        self.timers.cancel_request(id);
         self.events.push_back(Event::RequestDone {
             id,
             node,
@@ -350,7 +350,7 @@ impl Node {
             sink.counters.late_responses += 1;
         } else {
             sink.counters.responses += 1;
-            sink.timers.cancel(TimerKey::Request(id));
+            sink.timers.cancel_request(id);
             sink.events.push_back(Event::RequestDone {
                 id,
                 node: r.node,
