@@ -1,6 +1,7 @@
 //! The upkeep of the pool's lists: timer-heap entries leave with their timer or request, and
 //! awaited requests answered out of order stay only until the pool prunes them, which it does
-//! before they pile up. Request deadlines due at one instant end in the order submitted.
+//! before they pile up (one answered oldest first leaves at once). Request deadlines due at one
+//! instant end in the order submitted.
 
 use super::{Harness, exact, secs};
 
@@ -129,4 +130,46 @@ fn a_request_index_is_its_slot_reused_once_the_request_is_done() {
     let c = h.submit(node, 10, secs(60));
     assert_eq!(c.index(), a.index());
     assert_ne!(c, a);
+}
+
+#[test]
+fn requests_answered_by_id_oldest_first_leave_the_awaited_list_at_once() {
+    let mut config = exact();
+    config.write_timeout = core::time::Duration::ZERO;
+    let mut h = Harness::new(config);
+    let node = h.add();
+    let conn = h.ready(node);
+    // A pipelined client's steady state: four in flight, the oldest answered each time. The
+    // answered request is the list's front, so it goes with its answer and the list never
+    // holds more than the four awaited (compaction alone would let it grow to 2 x 4 + 16).
+    let mut in_flight: alloc::collections::VecDeque<_> =
+        (0..4).map(|_| h.submit(node, 10, secs(600))).collect();
+    h.flush(conn);
+    for _ in 0..50 {
+        h.respond(conn, in_flight.pop_front().unwrap());
+        in_flight.push_back(h.submit(node, 10, secs(600)));
+        h.flush(conn);
+        assert_eq!(h.pool.node(node).unwrap().awaiting_len(), 4);
+    }
+}
+
+#[test]
+fn an_answer_out_of_order_keeps_the_older_request_awaited_through_a_drain() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let conn = h.ready(node);
+    let older = h.submit(node, 10, secs(60));
+    let newer = h.submit(node, 10, secs(60));
+    h.flush(conn);
+    h.pool.shutdown_gracefully(h.now);
+    // The newer one answered first: the older one, at the list's front, still awaits its
+    // answer, and the drain waits for it.
+    h.respond(conn, newer);
+    assert_eq!(h.pool.node_state(node), Some(crate::NodeState::Closing));
+    h.respond(conn, older);
+    assert_eq!(h.pool.node_state(node), Some(crate::NodeState::Closed));
+    assert!(matches!(
+        h.outcome(older),
+        Some(crate::Outcome::Response(_))
+    ));
 }
