@@ -148,4 +148,23 @@ mod tests {
         assert!(t.remove(a).is_none(), "a stale id frees nothing");
         assert_eq!(t.iter().count(), 2);
     }
+
+    #[test]
+    fn a_stale_id_or_a_freed_slot_finds_nothing() {
+        let mut t = Requests::default();
+        let a = t.insert(request());
+        t.remove(a).unwrap();
+        // The freed slot still holds the fields of its last request, and the next id for it
+        // is predicted: neither makes it findable before it is filled again.
+        let next = t.next_id();
+        assert_eq!(next.slot(), a.slot());
+        assert!(t.get(next).is_none() && t.get_mut(next).is_none());
+        assert!(t.remove(next).is_none());
+        let c = t.insert(request());
+        assert_eq!(c, next);
+        // The slot is live again, under its new generation only.
+        assert!(t.get(a).is_none() && t.get_mut(a).is_none());
+        assert!(t.get(c).is_some() && t.get_mut(c).is_some());
+        assert_eq!(t.iter().map(|(id, _)| id).collect::<Vec<_>>(), [c]);
+    }
 }
