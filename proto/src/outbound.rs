@@ -135,6 +135,7 @@ impl Outbound {
 
     /// Queues a frame and returns its sequence number. The caller has checked writability: a
     /// frame is accepted whole even if it crosses the high watermark, and the flip is returned.
+    #[inline]
     pub(crate) fn push(&mut self, frame: Frame, high: u64) -> (u64, Option<Flip>) {
         let seq = self.front_seq + self.frames.len() as u64;
         self.pending.add(frame.cost);

@@ -647,6 +647,7 @@ impl Pool {
 
     /// The next action for the adapter.
     #[must_use]
+    #[inline]
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
     }
@@ -677,6 +678,7 @@ impl Pool {
 
     /// The next event for the application.
     #[must_use]
+    #[inline]
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
@@ -754,6 +756,7 @@ impl Pool {
     /// while this is true, so a late response is recognised (and dropped by the pool) rather
     /// than taken for a stranger. A heartbeat's id ([`Action::Heartbeat`]) holds its slot the
     /// same way until its response is consumed or its connection closes.
+    #[inline]
     pub fn holds(&self, id: RequestId) -> bool {
         self.requests.get(id).is_some()
     }

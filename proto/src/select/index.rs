@@ -86,6 +86,7 @@ impl Placement {
 impl SelectIndex {
     /// Notes that `slot`'s placement may have changed; [`SelectIndex::refresh`] places it.
     /// The slot was placed once already (every node is, when it is added).
+    #[inline]
     pub(crate) fn touch(&mut self, slot: u32) {
         let i = slot as usize;
         if !self.is_touched[i] {
