@@ -1,5 +1,5 @@
-//! What an operator's `tracing` subscriber sees, on every runtime: a write timeout is a
-//! warning, an eviction an info, a quarantine a warning, each under the spans of its node
+//! What an operator's `tracing` subscriber sees, on every runtime: every request's end is a
+//! trace event, a write timeout is a warning, an eviction an info, a quarantine a warning, each under the spans of its node
 //! (with the node's address) and connection, with its typed reason. The subscriber is the
 //! test's thread-local default and every task runs on that thread.
 
@@ -183,7 +183,40 @@ async fn a_quarantine_is_a_warning_with_its_cause(runtime: Arc<dyn Runtime>) {
     );
 }
 
+async fn every_request_ends_with_a_trace_event_under_its_node(runtime: Arc<dyn Runtime>) {
+    let peer = Peer::start(Behaviour::Echo);
+    let events = traced(async {
+        let client = ClientBuilder::new(test_config())
+            .node(peer.addr())
+            .build(Arc::clone(&runtime))
+            .unwrap();
+        for _ in 0..3 {
+            let answer = client
+                .send(Target::Best, b"ping".to_vec(), Duration::from_secs(10))
+                .await;
+            assert_eq!(answer.as_deref().ok(), Some(&b"ping"[..]), "{answer:?}");
+        }
+        client.shutdown().await;
+    })
+    .await;
+    // The driver skips its per-request tracing unless a subscriber wants TRACE from keepwire;
+    // this one wants everything, so each of the three requests says how it ended.
+    let ended: Vec<_> = events
+        .iter()
+        .filter(|e| e.target == "keepwire" && e.message == "request ended")
+        .collect();
+    assert_eq!(ended.len(), 3, "{ended:#?}");
+    let addr = peer.addr().to_string();
+    for event in ended {
+        assert_eq!(event.level, Level::TRACE);
+        assert_eq!(event.fields["outcome"], "response");
+        assert_eq!(event.fields["sent"], "fully sent");
+        assert_eq!(event.span_field("keepwire_node", "addr"), Some(&*addr));
+    }
+}
+
 test_on_this_thread_on_every_runtime!(
+    every_request_ends_with_a_trace_event_under_its_node,
     a_write_timeout_is_a_warning_under_its_node_and_connection,
     an_eviction_is_an_info_with_its_reason,
     a_quarantine_is_a_warning_with_its_cause,

@@ -64,10 +64,26 @@ impl Telemetry {
     #[inline]
     pub(crate) fn event(&mut self, event: &Event) {
         let _ = event;
-        #[cfg(feature = "tracing")]
-        self.trace.event(event);
-        #[cfg(feature = "metrics")]
-        self.meter.event(event);
+        #[cfg(any(feature = "tracing", feature = "metrics"))]
+        match event {
+            // One per request: its trace event only when a subscriber wants TRACE from
+            // keepwire, and for metrics only its node's gauges to refresh.
+            Event::RequestDone { node, .. } => {
+                let _ = node;
+                #[cfg(feature = "tracing")]
+                if tracing::enabled!(target: "keepwire", tracing::Level::TRACE) {
+                    self.trace.event(event);
+                }
+                #[cfg(feature = "metrics")]
+                self.meter.touched(*node);
+            }
+            _ => {
+                #[cfg(feature = "tracing")]
+                self.trace.event(event);
+                #[cfg(feature = "metrics")]
+                self.meter.event(event);
+            }
+        }
     }
 
     /// The driver announced `event` to subscribers.

@@ -300,6 +300,7 @@ impl Meter {
         }
     }
 
+    #[inline]
     pub(super) fn touched(&mut self, node: NodeId) {
         if self.touched.last() != Some(&node) {
             self.touched.push(node);
@@ -384,7 +385,6 @@ impl Meter {
             Event::PanicMode { entered, .. } => {
                 self.panic.set(if entered { 1.0 } else { 0.0 });
             }
-            Event::RequestDone { node, .. } => self.touched(node),
             _ => {}
         }
     }
