@@ -197,15 +197,16 @@ impl TimerHeap {
 
     /// Takes `key`'s entry out, if the index holds one for exactly this key.
     pub(crate) fn cancel(&mut self, key: TimerKey) {
-        if let TimerKey::Request(id) = key {
-            return self.cancel_request(id);
-        }
-        match self.place(key) {
-            Some(Place::Heap(i)) if self.entries[i].1 == key => drop(self.remove_at(i)),
-            Some(Place::Lane(k)) if TimerKey::Request(self.lane[k].1) == key => {
-                self.lane_remove(k);
+        match key {
+            TimerKey::Request(id) => self.cancel_request(id),
+            // A node timer's entry is always in the heap.
+            TimerKey::Node(..) => {
+                if let Some(Place::Heap(i)) = self.place(key) {
+                    if self.entries[i].1 == key {
+                        self.remove_at(i);
+                    }
+                }
             }
-            _ => {}
         }
     }
 
@@ -382,7 +383,10 @@ impl TimerHeap {
             // It is dead now; the pop saves looking at it again.
             self.lane.pop_front();
             self.lane_head += 1;
-            self.lane_trim_front();
+            while !self.lane.is_empty() && !self.lane_live_at(0) {
+                self.lane.pop_front();
+                self.lane_head += 1;
+            }
         } else if k + 1 == self.lane.len() {
             self.lane.pop_back();
             // The front is live (k > 0): this stops there at the latest.
@@ -392,19 +396,6 @@ impl TimerHeap {
         } else if self.lane.len() > 2 * self.lane_live + LANE_SLACK {
             self.compact_lane();
         }
-    }
-
-    /// Pops the dead entries at the lane's front, so its front is live (or it is empty).
-    fn lane_trim_front(&mut self) {
-        while self.lane.front().is_some_and(|e| !self.front_is_live(e.1)) {
-            self.lane.pop_front();
-            self.lane_head += 1;
-        }
-    }
-
-    /// Whether the lane's front entry, of `id`, is live.
-    fn front_is_live(&self, id: RequestId) -> bool {
-        self.request_at[id.slot()] == IN_LANE | self.lane_head
     }
 
     /// Drops the lane's dead entries, renumbering the live ones from the head.
