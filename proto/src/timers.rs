@@ -216,6 +216,7 @@ impl TimerHeap {
         let Some(&cell) = self.request_at.get(id.slot()) else {
             return;
         };
+        // Checked first: `ABSENT` has the lane bit set too.
         if cell == ABSENT {
             return;
         }

@@ -22,14 +22,19 @@ impl Sink<'_> {
             return;
         }
         r.ended = true;
-        let (node, retried) = (r.node, r.retried);
+        let r = *r;
+        self.request_done(id, &r, outcome, sent);
+    }
+
+    /// The event of `r` (request `id`), which ends now: its deadline stops.
+    fn request_done(&mut self, id: RequestId, r: &Request, outcome: Outcome, sent: Sent) {
         self.timers.cancel_request(id);
         self.events.push_back(Event::RequestDone {
             id,
-            node,
+            node: r.node,
             outcome,
             sent,
-            retried,
+            retried: r.retried,
         });
     }
 
@@ -350,14 +355,7 @@ impl Node {
             sink.counters.late_responses += 1;
         } else {
             sink.counters.responses += 1;
-            sink.timers.cancel_request(id);
-            sink.events.push_back(Event::RequestDone {
-                id,
-                node: r.node,
-                outcome: Outcome::Response(payload),
-                sent,
-                retried: r.retried,
-            });
+            sink.request_done(id, &r, Outcome::Response(payload), sent);
             self.timeouts = 0;
             self.failures = 0;
             // In panic mode a quarantined node still serves; an answer is the best proof.
