@@ -32,6 +32,21 @@ pub(super) struct Parts<C, T, F, A> {
     pub(super) answer: A,
 }
 
+impl<C, T, F, A> Parts<C, T, F, A> {
+    /// Starts the writer and the reader with the runtime's `run` (given the queue, `frame`
+    /// and `answer`): the callers' handle and the tasks.
+    pub(super) async fn start<K, R>(
+        self,
+        run: impl FnOnce(mpsc::UnboundedReceiver<T>, F, A) -> R,
+    ) -> io::Result<(C, K)>
+    where
+        R: Future<Output = io::Result<K>>,
+    {
+        let tasks = run(self.queued, self.frame, self.answer).await?;
+        Ok((self.caller, tasks))
+    }
+}
+
 /// B's parts: each payload numbered and its reply passed on to the reader, which owns the
 /// map of pending replies.
 #[expect(

@@ -46,22 +46,16 @@ impl Timeout for SmolTimeout {
 
 /// B: no timeouts, the pending map owned by the reader.
 pub(super) async fn connect(addr: SocketAddr) -> io::Result<(Plain, Tasks)> {
-    let parts = hand::plain();
-    Ok((
-        parts.caller,
-        run(addr, parts.queued, parts.frame, parts.answer).await?,
-    ))
+    hand::plain().start(|q, f, a| run(addr, q, f, a)).await
 }
 
 /// C: a timeout per call, the pending map shared behind a lock.
 pub(super) async fn connect_with_timeouts(
     addr: SocketAddr,
 ) -> io::Result<(WithTimeouts<SmolTimeout>, Tasks)> {
-    let parts = hand::with_timeouts(SmolTimeout);
-    Ok((
-        parts.caller,
-        run(addr, parts.queued, parts.frame, parts.answer).await?,
-    ))
+    hand::with_timeouts(SmolTimeout)
+        .start(|q, f, a| run(addr, q, f, a))
+        .await
 }
 
 /// Connects and starts the writer and the reader.
