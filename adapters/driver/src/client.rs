@@ -22,7 +22,7 @@ use crate::runtime::Runtime;
 use crate::service::ClientService;
 use crate::socket::{OptionReport, SocketReadback};
 use crate::sync::{
-    Hub, HubHandle, Next, Outbox, ReplySender, SendKey, Subscription, command_queue, reply,
+    Hub, HubHandle, Next, Outbox, ReplyReceiver, ReplySender, Subscription, command_queue, reply,
 };
 
 /// Builds a [`Client`]: a keepwire [`Config`], driver options and the initial nodes.
@@ -335,24 +335,22 @@ impl Client {
         timeout: Duration,
     ) -> Result<Bytes, SendError> {
         let (reply, receiver) = reply();
-        let key = SendKey::draw();
         let command = Command::Send {
             target,
             payload: payload.into(),
             timeout,
             reply,
-            key,
         };
         if self.handle.push(command).is_err() {
             return Err(SendError::Shutdown);
         }
         let mut pending = CancelOnDrop {
-            key: Some(key),
+            receiver,
             handle: &self.handle,
         };
-        let result = receiver.await;
-        pending.key = None;
-        result.unwrap_or(Err(SendError::Shutdown))
+        (&mut pending.receiver)
+            .await
+            .unwrap_or(Err(SendError::Shutdown))
     }
 
     /// A [`ClientService`] that sends to `target` with `timeout`, and whose readiness is
@@ -510,18 +508,18 @@ fn entropy_seed() -> u64 {
     std::collections::hash_map::RandomState::new().hash_one(DRAWS.fetch_add(1, Ordering::Relaxed))
 }
 
-/// Cancels the request if the caller stops waiting before the response: sends the send's
-/// key back to the driver, behind the send itself in the queue.
+/// Cancels the request if the caller stops waiting before the response: sends the id of the
+/// request the driver bound to the reply back to it (before the bind, the closed reply tells
+/// the driver instead).
 struct CancelOnDrop<'a> {
-    /// `None` once the response (or the driver's verdict) arrived.
-    key: Option<SendKey>,
+    receiver: ReplyReceiver<Result<Bytes, SendError>>,
     handle: &'a Handle,
 }
 
 impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            let _ = self.handle.push(Command::Abandon(key));
+        if let Some(request) = self.receiver.abandon() {
+            let _ = self.handle.push(Command::Abandon(request));
         }
     }
 }

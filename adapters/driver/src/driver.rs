@@ -41,7 +41,7 @@ use crate::ready::{Readiness, TargetState};
 use crate::resolve::Resolver;
 use crate::runtime::{BoxFuture, IoStream, Runtime, Timer};
 use crate::socket::OptionReport;
-use crate::sync::{Hub, IdMap, Inbox, ReplySender, SendKey, answer, poll_commands};
+use crate::sync::{Hub, Inbox, ReplySender, answer, poll_commands};
 use crate::telemetry::Telemetry;
 
 // Child modules (not siblings) so that the driver's fields stay private to the driver.
@@ -66,11 +66,10 @@ pub(crate) enum Command {
         payload: Bytes,
         timeout: Duration,
         reply: ReplySender<Result<Bytes, SendError>>,
-        /// The caller's name for this send, should it stop waiting.
-        key: SendKey,
     },
-    /// The caller of the send `key` stopped waiting: cancel its request, if it still runs.
-    Abandon(SendKey),
+    /// The caller of a send stopped waiting: cancel the request the driver bound to its reply,
+    /// if it still runs.
+    Abandon(RequestId),
     AddNode(Endpoint, ReplySender<NodeId>),
     Node {
         node: NodeId,
@@ -134,8 +133,6 @@ pub(crate) struct Driver {
     resolver: Arc<dyn Resolver>,
     conns: BTreeMap<ConnId, Conn>,
     waiting: Waiters<Waiting>,
-    /// The running request of each send whose caller may still stop waiting.
-    sends: IdMap<SendKey, RequestId>,
     commands: Vec<Command>,
     timer: Option<Armed>,
     read_buf: Box<[u8]>,
@@ -161,8 +158,6 @@ struct Armed {
 #[derive(Debug)]
 struct Waiting {
     reply: ReplySender<Result<Bytes, SendError>>,
-    /// The caller's name for the send.
-    key: SendKey,
     /// The protocol id the request was framed with ([`Correlation::ById`]).
     protocol_id: Option<u64>,
 }
@@ -223,7 +218,6 @@ impl Driver {
             resolver,
             conns: BTreeMap::new(),
             waiting: Waiters::default(),
-            sends: IdMap::default(),
             commands: Vec::new(),
             timer: None,
             read_buf: vec![0; READ_CHUNK].into_boxed_slice(),
@@ -292,7 +286,6 @@ impl Driver {
                     ..
                 } => {
                     if let Some(waiting) = self.waiting.remove(id) {
-                        self.sends.remove(&waiting.key);
                         answer(waiting.reply, result_of(outcome, sent, retried));
                         self.answered += 1;
                         self.forget_id(id, waiting.protocol_id);
@@ -334,14 +327,11 @@ impl Driver {
                 payload,
                 timeout,
                 reply,
-                key,
-            } => self.submit(now, target, &payload, timeout, reply, key),
-            Command::Abandon(key) => {
-                // Not submitted (refused, or the driver saw the caller gone first) or already
-                // ended is fine: nothing to cancel.
-                if let Some(id) = self.sends.remove(&key) {
-                    let _ = self.pool.cancel(now, id);
-                }
+            } => self.submit(now, target, &payload, timeout, reply),
+            Command::Abandon(id) => {
+                // Already ended (answered meanwhile, or its slot reused by a newer request:
+                // the generation differs) is fine: nothing to cancel.
+                let _ = self.pool.cancel(now, id);
             }
             Command::AddNode(endpoint, reply) => {
                 let node = self.pool.add_node(now, endpoint);
@@ -408,7 +398,6 @@ impl Driver {
         payload: &[u8],
         timeout: Duration,
         reply: ReplySender<Result<Bytes, SendError>>,
-        key: SendKey,
     ) {
         if reply.is_closed() {
             // The caller already left; its abandonment, queued behind this, finds no request.
@@ -426,13 +415,13 @@ impl Driver {
                 if let Some(protocol_id) = protocol_id {
                     self.ids.insert(protocol_id, submitted);
                 }
-                self.sends.insert(key, submitted);
-                let waiting = Waiting {
-                    reply,
-                    key,
-                    protocol_id,
-                };
+                let bound = reply.bind(submitted);
+                let waiting = Waiting { reply, protocol_id };
                 self.waiting.insert(submitted, waiting);
+                if !bound {
+                    // The caller left after the check above: nobody will name the request.
+                    let _ = self.pool.cancel(now, submitted);
+                }
             }
             Err(e) => answer(reply, Err(e.into())),
         }
@@ -659,7 +648,6 @@ impl Driver {
         for waiting in self.waiting.drain() {
             answer(waiting.reply, Err(SendError::Shutdown));
         }
-        self.sends.clear();
         self.conns.clear();
         // Dropping the leftover commands drops their replies: callers read `Shutdown`.
         self.inbox.close();

@@ -1,14 +1,14 @@
-//! The hand-offs between client handles and the driver task, on tokio's `sync` channels
-//! (well-kept and loom-tested; they need no tokio runtime, so the driver and its callers may
-//! run on any executor): an unbounded command queue into the driver, a one-shot reply per
-//! call, and the event fan-out. What is left here is a thin adapter that gives them keepwire's
-//! semantics:
+//! The hand-offs between client handles and the driver task: an unbounded command queue
+//! into the driver and the event fan-out on tokio's `sync` channels (well-kept and
+//! loom-tested; they need no tokio runtime, so the driver and its callers may run on any
+//! executor), and a one-shot reply per call of keepwire's own ([`reply`]). What is left here
+//! gives them keepwire's semantics:
 //!
-//! - **Cancel on drop.** Each send carries a [`SendKey`] its caller drew; a caller that stops
-//!   waiting sends the key back, and the driver cancels the request it submitted under that
-//!   key, if it is still running. A caller's commands reach the driver in the order they
-//!   were sent (the queue is FIFO), so the send is always handled before its abandonment: no
-//!   race between the two sides, and no shared state but the queue.
+//! - **Cancel on drop.** The driver binds each send's reply to the request it submitted; a
+//!   caller that stops waiting takes that request's id from the reply and sends it back, and
+//!   the driver cancels the request if it still runs (a stale id finds nothing: ids carry a
+//!   generation). A caller that leaves before the bind leaves the reply closed: the driver
+//!   submits nothing for it, or cancels at once what it submitted in between.
 //! - **Drop-oldest fan-out with a missed count.** A subscriber that falls behind loses the
 //!   oldest events and reads how many ([`Next::Missed`]), then carries on from the oldest
 //!   still kept (tokio's `broadcast` lag semantics).
@@ -16,13 +16,15 @@
 //!   shutdown. The event sender lives in the driver, which drops it when it stops, so every
 //!   subscription ends (after reading what is queued) and a later one ends at once.
 
-use std::cell::Cell;
+mod reply;
+
+pub(crate) use reply::{ReplyReceiver, ReplySender, answer, reply};
+
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc};
 
 /// The driver's end of the command queue.
 pub(crate) type Inbox<C> = mpsc::UnboundedReceiver<C>;
@@ -34,51 +36,7 @@ pub(crate) fn command_queue<C>() -> (Outbox<C>, Inbox<C>) {
     mpsc::unbounded_channel()
 }
 
-/// The driver's end of a reply.
-pub(crate) type ReplySender<T> = oneshot::Sender<T>;
-/// The caller's end of a reply: an error means the driver stopped without answering.
-pub(crate) type ReplyReceiver<T> = oneshot::Receiver<T>;
-
-/// A one-shot reply for one call.
-pub(crate) fn reply<T>() -> (ReplySender<T>, ReplyReceiver<T>) {
-    oneshot::channel()
-}
-
-/// Delivers `value` to the caller; dropped if the caller stopped waiting.
-pub(crate) fn answer<T>(reply: ReplySender<T>, value: T) {
-    let _ = reply.send(value);
-}
-
-/// A caller's name for one send: the caller does not know the request id the driver will
-/// give it, but can name the send when it stops waiting. Unique in the process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct SendKey(u64);
-
-/// Bits of a key that count one thread's sends; the tag of the thread takes the rest.
-const COUNT_BITS: u32 = 40;
-
-impl SendKey {
-    /// A fresh key: unique in the process, so in any client.
-    ///
-    /// Each thread counts its own sends under a tag drawn once per thread: a counter shared by
-    /// every caller would be one cache line written from every core on every send.
-    pub(crate) fn draw() -> Self {
-        static TAGS: AtomicU64 = AtomicU64::new(0);
-        thread_local! {
-            static NEXT: Cell<u64> = Cell::new(TAGS.fetch_add(1, Ordering::Relaxed) << COUNT_BITS);
-        }
-        // After 2^40 sends on one thread its count wraps within its tag: by then the send
-        // that had the key before has long ended.
-        NEXT.with(|next| {
-            let key = next.get();
-            let count = (key + 1) & ((1 << COUNT_BITS) - 1);
-            next.set((key & !((1 << COUNT_BITS) - 1)) | count);
-            Self(key)
-        })
-    }
-}
-
-/// A map keyed by ids keepwire makes itself (send keys, request ids): hashed with one
+/// A map keyed by ids keepwire makes itself (request and protocol ids): hashed with one
 /// multiplication, since no peer chooses them (SipHash's defence against chosen keys buys
 /// nothing here and costs on every request).
 pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
@@ -213,41 +171,14 @@ mod tests {
     use futures_lite::future::block_on;
 
     #[test]
-    fn a_reply_reaches_the_receiver_and_a_dropped_sender_reads_as_an_error() {
-        let (tx, rx) = reply::<u32>();
-        answer(tx, 7);
-        assert_eq!(block_on(rx), Ok(7));
-        let (tx, rx) = reply::<u32>();
-        drop(tx);
-        assert!(block_on(rx).is_err());
-        let (tx, rx) = reply::<u32>();
-        drop(rx);
-        assert!(tx.is_closed(), "the driver sees that the caller left");
-    }
-
-    #[test]
-    fn send_keys_are_distinct_and_id_maps_find_them() {
-        let [a, b] = [SendKey::draw(), SendKey::draw()];
-        assert_ne!(a, b);
+    fn id_maps_find_their_keys() {
         let mut map = IdMap::default();
-        map.insert(a, 1);
-        map.insert(b, 2);
-        assert_eq!((map.get(&a), map.get(&b)), (Some(&1), Some(&2)));
+        map.insert(1u64, 'a');
+        map.insert(1 << 40, 'b');
+        assert_eq!((map.get(&1), map.get(&(1 << 40))), (Some(&'a'), Some(&'b')));
         let mut hasher = IdHasher::default();
         hasher.write(&[1, 2, 3]);
         assert_ne!(hasher.finish(), IdHasher::default().finish());
-    }
-
-    #[test]
-    fn send_keys_drawn_on_different_threads_differ() {
-        let here: Vec<SendKey> = (0..3).map(|_| SendKey::draw()).collect();
-        let there: Vec<SendKey> = std::thread::spawn(|| (0..3).map(|_| SendKey::draw()).collect())
-            .join()
-            .unwrap();
-        for key in &there {
-            assert!(!here.contains(key), "{key:?} drawn on both threads");
-        }
-        assert_ne!(here[0], here[1]);
     }
 
     #[test]

@@ -1,0 +1,289 @@
+//! A one-shot reply for one call: a slot the caller's end and the driver's end share, behind
+//! a lock held only to move a value, a waker or a request id in or out.
+//!
+//! One allocation per call, like tokio's `oneshot`, but about half its instructions: no
+//! cooperative-budget bookkeeping, and the caller's first poll files its waker with one lock.
+//! For a send the slot also carries the request the driver submitted for it
+//! ([`ReplySender::bind`]), so a caller that stops waiting names that request itself
+//! ([`ReplyReceiver::abandon`]) and the driver keeps no map from sends to requests. The two
+//! ends settle who acts under the lock: either the caller leaves after the driver bound the
+//! request and sends back its id, or the driver binds after the caller left and cancels the
+//! request at once.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use keepwire_proto::RequestId;
+
+/// A one-shot reply for one call.
+pub(crate) fn reply<T>() -> (ReplySender<T>, ReplyReceiver<T>) {
+    let slot = Arc::new(Mutex::new(Slot {
+        value: None,
+        waker: None,
+        sender_gone: false,
+        receiver_gone: false,
+        request: None,
+    }));
+    let sender = ReplySender {
+        slot: Some(Arc::clone(&slot)),
+    };
+    (sender, ReplyReceiver { slot, done: false })
+}
+
+/// Delivers `value` to the caller; dropped if the caller stopped waiting.
+pub(crate) fn answer<T>(reply: ReplySender<T>, value: T) {
+    reply.send(value);
+}
+
+/// The caller's end read that the driver's end went away without a reply (the driver
+/// stopped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NoReply;
+
+struct Slot<T> {
+    value: Option<T>,
+    /// The caller's task, to wake when the value arrives or the driver's end goes.
+    waker: Option<Waker>,
+    /// The driver's end answered (the value is, or was, in `value`) or was dropped.
+    sender_gone: bool,
+    /// The caller's end was dropped or stopped waiting.
+    receiver_gone: bool,
+    /// The request the driver submitted for this call, once bound.
+    request: Option<RequestId>,
+}
+
+/// The driver's end of a reply.
+pub(crate) struct ReplySender<T> {
+    /// `None` once the answer went.
+    slot: Option<Arc<Mutex<Slot<T>>>>,
+}
+
+/// The caller's end of a reply: a future of the answer, or [`NoReply`] if the driver stopped
+/// without one.
+pub(crate) struct ReplyReceiver<T> {
+    slot: Arc<Mutex<Slot<T>>>,
+    /// The future returned its output: there is nothing left to abandon.
+    done: bool,
+}
+
+/// Every critical section only moves values, so a panic elsewhere cannot leave a slot half
+/// changed: a poisoned lock is taken as it is.
+fn lock<T>(slot: &Mutex<Slot<T>>) -> MutexGuard<'_, Slot<T>> {
+    slot.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<T> ReplySender<T> {
+    /// Whether the caller stopped waiting.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.slot
+            .as_ref()
+            .is_none_or(|slot| lock(slot).receiver_gone)
+    }
+
+    /// Records `request` as the one submitted for this call; `false` if the caller already
+    /// stopped waiting (nobody will name it: the driver cancels it itself).
+    pub(crate) fn bind(&self, request: RequestId) -> bool {
+        let Some(slot) = &self.slot else {
+            return false;
+        };
+        let mut slot = lock(slot);
+        if slot.receiver_gone {
+            return false;
+        }
+        slot.request = Some(request);
+        true
+    }
+
+    /// Hands `value` to the caller and wakes it; dropped (outside the lock) if the caller
+    /// stopped waiting.
+    fn send(mut self, value: T) {
+        let Some(slot) = self.slot.take() else {
+            return;
+        };
+        let mut guard = lock(&slot);
+        guard.sender_gone = true;
+        if guard.receiver_gone {
+            drop(guard);
+            drop(value);
+            return;
+        }
+        guard.value = Some(value);
+        let waker = guard.waker.take();
+        drop(guard);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+impl<T> Drop for ReplySender<T> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            let mut guard = lock(&slot);
+            guard.sender_gone = true;
+            let waker = guard.waker.take();
+            drop(guard);
+            if let Some(waker) = waker {
+                waker.wake();
+            }
+        }
+    }
+}
+
+impl<T> ReplyReceiver<T> {
+    /// Stops waiting: the request the driver bound to this call, if it was bound and has not
+    /// been answered (the caller sends it back to be cancelled). After this the driver's
+    /// answer is dropped and [`ReplySender::bind`] refuses.
+    pub(crate) fn abandon(&mut self) -> Option<RequestId> {
+        if self.done {
+            return None;
+        }
+        self.done = true;
+        let mut slot = lock(&self.slot);
+        slot.receiver_gone = true;
+        if slot.sender_gone {
+            return None;
+        }
+        slot.request
+    }
+}
+
+impl<T> Drop for ReplyReceiver<T> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.abandon();
+        }
+    }
+}
+
+impl<T> Future for ReplyReceiver<T> {
+    type Output = Result<T, NoReply>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        assert!(!this.done, "a reply polled after it completed");
+        let mut slot = lock(&this.slot);
+        let output = match slot.value.take() {
+            Some(value) => Ok(value),
+            None if slot.sender_gone => Err(NoReply),
+            None => {
+                match &slot.waker {
+                    Some(waker) if waker.will_wake(cx.waker()) => {}
+                    _ => slot.waker = Some(cx.waker().clone()),
+                }
+                return Poll::Pending;
+            }
+        };
+        slot.receiver_gone = true;
+        drop(slot);
+        this.done = true;
+        Poll::Ready(output)
+    }
+}
+
+impl<T> fmt::Debug for ReplySender<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReplySender")
+            .field("closed", &self.is_closed())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> fmt::Debug for ReplyReceiver<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReplyReceiver")
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_lite::future::{block_on, poll_once};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    fn request(n: u64) -> RequestId {
+        RequestId::from_u64(n)
+    }
+
+    #[test]
+    fn a_reply_reaches_the_receiver_and_a_dropped_sender_reads_as_no_reply() {
+        let (tx, rx) = reply::<u32>();
+        answer(tx, 7);
+        assert_eq!(block_on(rx), Ok(7));
+        let (tx, rx) = reply::<u32>();
+        drop(tx);
+        assert_eq!(block_on(rx), Err(NoReply));
+        let (tx, rx) = reply::<u32>();
+        drop(rx);
+        assert!(tx.is_closed(), "the driver sees that the caller left");
+    }
+
+    #[test]
+    fn an_answer_after_the_first_poll_wakes_the_waiting_task_once() {
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&count));
+        let mut cx = Context::from_waker(&waker);
+        let (tx, mut rx) = reply::<u32>();
+        assert!(Pin::new(&mut rx).poll(&mut cx).is_pending());
+        assert!(
+            Pin::new(&mut rx).poll(&mut cx).is_pending(),
+            "polled again, same task"
+        );
+        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+        answer(tx, 3);
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(Pin::new(&mut rx).poll(&mut cx), Poll::Ready(Ok(3)));
+        assert_eq!(rx.abandon(), None, "answered: nothing to cancel");
+    }
+
+    #[test]
+    fn a_caller_leaving_after_the_bind_names_the_request() {
+        let (tx, mut rx) = reply::<u32>();
+        assert!(block_on(poll_once(&mut rx)).is_none());
+        assert!(tx.bind(request(5)));
+        assert_eq!(rx.abandon(), Some(request(5)));
+        assert!(tx.is_closed());
+        answer(tx, 1); // dropped: nobody waits
+    }
+
+    #[test]
+    fn a_bind_after_the_caller_left_is_refused() {
+        let (tx, rx) = reply::<u32>();
+        drop(rx);
+        assert!(
+            !tx.bind(request(5)),
+            "the driver must cancel the request itself"
+        );
+        let (tx, mut rx) = reply::<u32>();
+        assert_eq!(rx.abandon(), None, "not bound yet: nothing to name");
+        assert!(!tx.bind(request(6)));
+    }
+
+    #[test]
+    fn an_answered_or_orphaned_call_names_nothing_when_dropped() {
+        let (tx, mut rx) = reply::<u32>();
+        assert!(tx.bind(request(8)));
+        answer(tx, 2);
+        assert_eq!(rx.abandon(), None, "answered while the caller was away");
+        let (tx, mut rx) = reply::<u32>();
+        assert!(tx.bind(request(9)));
+        drop(tx);
+        assert_eq!(
+            rx.abandon(),
+            None,
+            "the driver stopped: nothing left to cancel"
+        );
+    }
+}
