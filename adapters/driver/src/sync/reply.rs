@@ -220,20 +220,57 @@ mod tests {
         drop(tx);
         assert_eq!(block_on(rx), Err(NoReply));
         let (tx, rx) = reply::<u32>();
+        assert!(!tx.is_closed());
         drop(rx);
         assert!(tx.is_closed(), "the driver sees that the caller left");
     }
 
     #[test]
-    fn an_answer_after_the_first_poll_wakes_the_waiting_task_once() {
-        struct Count(AtomicUsize);
-        impl Wake for Count {
-            fn wake(self: Arc<Self>) {
-                self.0.fetch_add(1, Ordering::SeqCst);
-            }
+    fn a_reply_polled_from_another_task_wakes_that_task() {
+        let (first, first_waker) = counting_waker();
+        let (second, second_waker) = counting_waker();
+        let (tx, mut rx) = reply::<u32>();
+        let mut cx = Context::from_waker(&first_waker);
+        assert!(Pin::new(&mut rx).poll(&mut cx).is_pending());
+        let mut cx = Context::from_waker(&second_waker);
+        assert!(Pin::new(&mut rx).poll(&mut cx).is_pending());
+        answer(tx, 4);
+        assert_eq!(
+            (
+                first.0.load(Ordering::SeqCst),
+                second.0.load(Ordering::SeqCst)
+            ),
+            (0, 1),
+            "only the task that polled last is woken"
+        );
+    }
+
+    #[test]
+    fn both_ends_say_what_state_they_are_in() {
+        let (tx, mut rx) = reply::<u32>();
+        assert_eq!(format!("{tx:?}"), "ReplySender { closed: false, .. }");
+        assert_eq!(format!("{rx:?}"), "ReplyReceiver { done: false, .. }");
+        let _ = rx.abandon();
+        assert_eq!(format!("{tx:?}"), "ReplySender { closed: true, .. }");
+        assert_eq!(format!("{rx:?}"), "ReplyReceiver { done: true, .. }");
+    }
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
         }
+    }
+
+    fn counting_waker() -> (Arc<Count>, Waker) {
         let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(Arc::clone(&count));
+        (Arc::clone(&count), Waker::from(count))
+    }
+
+    #[test]
+    fn an_answer_after_the_first_poll_wakes_the_waiting_task_once() {
+        let (count, waker) = counting_waker();
         let mut cx = Context::from_waker(&waker);
         let (tx, mut rx) = reply::<u32>();
         assert!(Pin::new(&mut rx).poll(&mut cx).is_pending());
