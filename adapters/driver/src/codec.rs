@@ -326,8 +326,12 @@ impl LengthPrefixed {
             // No reserve for the announced length: the bytes are allocated as they arrive.
             return Ok(None);
         }
-        buf.advance(Self::HEADER_LEN);
-        Ok(Some((id, buf.split_to(payload_len).freeze())))
+        // One split of the whole frame, then the header skipped on the shared handle: a
+        // pointer bump, where advancing the buffer first costs a second pass through
+        // `BytesMut`'s bookkeeping.
+        let mut frame = buf.split_to(Self::HEADER_LEN + payload_len).freeze();
+        frame.advance(Self::HEADER_LEN);
+        Ok(Some((id, frame)))
     }
 }
 
