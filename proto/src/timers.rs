@@ -380,18 +380,20 @@ impl TimerHeap {
     fn lane_remove(&mut self, k: usize) {
         self.request_at[self.lane[k].1.slot()] = ABSENT;
         self.lane_live -= 1;
+        // With no dead entry left (the usual case: answers oldest first), the new end is live.
+        let all_live = self.lane.len() - 1 == self.lane_live;
         if k == 0 {
             // It is dead now; the pop saves looking at it again.
             self.lane.pop_front();
             self.lane_head += 1;
-            while !self.lane.is_empty() && !self.lane_live_at(0) {
+            while !all_live && !self.lane.is_empty() && !self.lane_live_at(0) {
                 self.lane.pop_front();
                 self.lane_head += 1;
             }
         } else if k + 1 == self.lane.len() {
             self.lane.pop_back();
             // The front is live (k > 0): this stops there at the latest.
-            while !self.lane_live_at(self.lane.len() - 1) {
+            while !all_live && !self.lane_live_at(self.lane.len() - 1) {
                 self.lane.pop_back();
             }
         } else if self.lane.len() > 2 * self.lane_live + LANE_SLACK {
