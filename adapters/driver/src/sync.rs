@@ -61,6 +61,11 @@ impl Hasher for IdHasher {
     fn write_u64(&mut self, n: u64) {
         self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
+
+    /// A node's handle hashes as two of these (its slot and generation).
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
 }
 
 /// The driver's end of the event fan-out.

@@ -5,13 +5,13 @@
 //! pending to that server. Handles are registered when a node is added: install the recorder
 //! before building the client.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Once};
 
 use keepwire_proto::{Counters, Event, NodeId, NodeState, Pool, Reason};
 use metrics::{Counter, Gauge, SharedString, Unit};
 
 use super::names;
+use crate::sync::IdMap;
 
 /// Every [`Counters`] field as `keepwire_<field>_total`, with its description.
 macro_rules! pool_counters {
@@ -243,7 +243,7 @@ impl NodeMeter {
 pub(super) struct Meter {
     pool: PoolCounters,
     last: Counters,
-    nodes: HashMap<NodeId, NodeMeter>,
+    nodes: IdMap<NodeId, NodeMeter>,
     touched: Vec<NodeId>,
     per_state: Vec<(&'static str, Share)>,
     pending_total: Share,
@@ -256,7 +256,7 @@ impl Meter {
         Self {
             pool: PoolCounters::register(),
             last: Counters::default(),
-            nodes: HashMap::new(),
+            nodes: IdMap::default(),
             touched: Vec::new(),
             per_state: names::STATES
                 .iter()
@@ -391,10 +391,8 @@ impl Meter {
 
     pub(super) fn flush(&mut self, pool: &Pool) {
         let counters = pool.counters();
-        if counters != self.last {
-            self.pool.advance(&self.last, &counters);
-            self.last = counters;
-        }
+        self.pool.advance(&self.last, &counters);
+        self.last = counters;
         for node in self.touched.drain(..) {
             let Some(meter) = self.nodes.get_mut(&node) else {
                 continue;

@@ -6,8 +6,6 @@
 //! which node and connection it is about. Nothing is formatted unless a subscriber records
 //! the event: every field is passed by reference to its `Display` or `Debug`.
 
-use std::collections::HashMap;
-
 use keepwire_proto::{
     Action, CloseReason, ConnId, Event, Failure, NodeId, NodeState, Outcome, Pool, Reason,
 };
@@ -15,6 +13,7 @@ use tracing::{Level, Span};
 
 use super::names;
 use crate::client::ClientEvent;
+use crate::sync::IdMap;
 
 /// `tracing::event!` with a level chosen at run time (each arm is its own callsite).
 macro_rules! event_at {
@@ -32,7 +31,7 @@ macro_rules! event_at {
 #[derive(Debug)]
 pub(super) struct Trace {
     client: Span,
-    nodes: HashMap<NodeId, NodeSpans>,
+    nodes: IdMap<NodeId, NodeSpans>,
 }
 
 #[derive(Debug)]
@@ -64,7 +63,7 @@ impl Trace {
     pub(super) fn new(seed: u64) -> Self {
         Self {
             client: tracing::error_span!(target: "keepwire", "keepwire_client", seed),
-            nodes: HashMap::new(),
+            nodes: IdMap::default(),
         }
     }
 
