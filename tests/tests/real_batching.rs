@@ -97,16 +97,18 @@ fn a_lone_callers_request_goes_straight_through_the_driver() {
     let tokio = one_worker();
     let runtime = CountingRuntime::on(&tokio);
     let (client, node) = client_of(&runtime, peer);
-    let polls = tokio.block_on(async {
+    let (polls, reads) = tokio.block_on(async {
         let send = || client.send(Target::Node(node), PAYLOAD, Duration::from_secs(10));
         assert_eq!(send().await.as_deref(), Ok(PAYLOAD)); // connected and warm
-        let before = runtime.polls.load(Ordering::Relaxed);
+        let polls = runtime.polls.load(Ordering::Relaxed);
+        let reads = runtime.reads.load(Ordering::Relaxed);
         for _ in 0..REQUESTS {
             assert_eq!(send().await.as_deref(), Ok(PAYLOAD));
         }
-        let polls = runtime.polls.load(Ordering::Relaxed) - before;
+        let polls = runtime.polls.load(Ordering::Relaxed) - polls;
+        let reads = runtime.reads.load(Ordering::Relaxed) - reads;
         client.shutdown().await;
-        polls
+        (polls, reads)
     });
     // One poll takes the request and writes it, one reads its answer. A driver that yielded
     // after every round that moved would take four (each yield one more), and on tokio each
@@ -114,6 +116,13 @@ fn a_lone_callers_request_goes_straight_through_the_driver() {
     assert!(
         polls <= 2 * REQUESTS + REQUESTS / 10,
         "{polls} driver polls for {REQUESTS} requests one at a time"
+    );
+    // The clock is read about once per poll: by the round that moves, not by the round after
+    // it that only finds every source pending (its timer armed by then). A read per round was
+    // two per poll.
+    assert!(
+        reads <= polls + REQUESTS / 10,
+        "{reads} clock reads in {polls} driver polls for {REQUESTS} requests"
     );
 }
 
@@ -178,6 +187,8 @@ struct CountingRuntime {
     inner: Arc<dyn Runtime>,
     writes: Arc<Mutex<Vec<usize>>>,
     polls: Arc<AtomicU64>,
+    /// Clock reads from inside the driver's task.
+    reads: AtomicU64,
 }
 
 impl CountingRuntime {
@@ -186,6 +197,7 @@ impl CountingRuntime {
             inner: Arc::new(TokioRuntime::from_handle(tokio.handle().clone())),
             writes: Arc::default(),
             polls: Arc::default(),
+            reads: AtomicU64::new(0),
         })
     }
 }
@@ -208,6 +220,11 @@ impl Future for CountPolls {
 impl Runtime for CountingRuntime {
     fn now(&self) -> Instant {
         self.inner.now()
+    }
+
+    fn now_in_task(&self) -> Instant {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.inner.now_in_task()
     }
 
     fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn Timer>> {

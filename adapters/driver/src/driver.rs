@@ -243,13 +243,7 @@ impl Driver {
     /// The time of this round: the clock is read once per round, at its first use, and every
     /// input of the round is stamped with it (a round takes microseconds: it never waits).
     fn now(&self) -> Instant {
-        if let Some(now) = self.clock.get() {
-            return now;
-        }
-        let elapsed = self.runtime.now().saturating_duration_since(self.origin);
-        let now = Instant::from_nanos(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
-        self.clock.set(Some(now));
-        now
+        round_now(&self.clock, &*self.runtime, self.origin)
     }
 
     /// Forgets the time read: the next [`now`](Self::now) reads the clock again.
@@ -588,31 +582,35 @@ impl Driver {
         let Some(next) = earliest(due, self.ready_recheck) else {
             return false;
         };
-        let now = self.now();
-        if next > now {
-            let Some(deadline) = self
-                .origin
-                .checked_add(Duration::from_nanos(next.as_nanos()))
-            else {
-                return false; // beyond the clock's range: never
-            };
-            let armed = match &mut self.timer {
-                Some(armed) => {
-                    // Moved only to an earlier deadline. One armed earlier than needed fires
-                    // early, and the driver only looks again and re-arms (below): cheaper than
-                    // moving the timer whenever the earliest deadline moves later, which is
-                    // with nearly every answered request.
-                    if armed.at.is_none_or(|at| at > next) {
-                        armed.timer.as_mut().reset(deadline);
-                        armed.at = Some(next);
-                    }
-                    armed
+        // Armed at or before the next deadline already (the usual case: the earliest deadline
+        // mostly moves later, with every answered request): nothing is due until the timer
+        // fires, and the round need not read the clock to know it. A deadline the clock has
+        // passed but the timer has not (a timer wheel rounds up to its tick) waits for it.
+        // Otherwise the clock says whether the deadline has passed, and if not the timer
+        // moves to it.
+        let covered = self
+            .timer
+            .as_ref()
+            .is_some_and(|armed| armed.at.is_some_and(|at| at <= next));
+        if covered || next > self.now() {
+            if !covered {
+                let Some(deadline) = self
+                    .origin
+                    .checked_add(Duration::from_nanos(next.as_nanos()))
+                else {
+                    return false; // beyond the clock's range: never
+                };
+                if let Some(armed) = self.timer.as_mut() {
+                    armed.timer.as_mut().reset(deadline);
+                    armed.at = Some(next);
+                } else {
+                    self.timer = Some(Armed {
+                        timer: self.runtime.new_timer(deadline),
+                        at: Some(next),
+                    });
                 }
-                None => self.timer.insert(Armed {
-                    timer: self.runtime.new_timer(deadline),
-                    at: Some(next),
-                }),
-            };
+            }
+            let armed = self.timer.as_mut().expect("armed above");
             if armed.timer.as_mut().poll_fire(cx).is_pending() {
                 return false;
             }
@@ -711,6 +709,21 @@ impl Driver {
         self.refresh_readiness();
         self.telemetry.flush(&self.pool);
     }
+}
+
+/// [`Driver::now`] on the driver's fields, for a caller that holds a borrow of another one.
+fn round_now(
+    clock: &Cell<Option<Instant>>,
+    runtime: &dyn Runtime,
+    origin: std::time::Instant,
+) -> Instant {
+    if let Some(now) = clock.get() {
+        return now;
+    }
+    let elapsed = runtime.now_in_task().saturating_duration_since(origin);
+    let now = Instant::from_nanos(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
+    clock.set(Some(now));
+    now
 }
 
 /// The earlier of two optional instants.

@@ -52,6 +52,10 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///         self.inner.now()
 ///     }
 ///
+///     fn now_in_task(&self) -> Instant {
+///         self.inner.now_in_task()
+///     }
+///
 ///     fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn Timer>> {
 ///         self.inner.new_timer(deadline)
 ///     }
@@ -78,6 +82,14 @@ pub trait Runtime: Send + Sync + fmt::Debug + 'static {
     /// A coarse clock (one that reads a little behind the timers, as a cached clock does) is
     /// fine: when a timer fires before `now` reaches the deadline, the driver re-arms it.
     fn now(&self) -> Instant;
+
+    /// [`now`](Self::now), read by the driver's own task (which this runtime spawned) while
+    /// it is polled: once per round of its work. A runtime whose [`now`](Self::now) first
+    /// enters its own context, to be right when called from anywhere, can skip that here,
+    /// where its context is already the caller's. The default is [`now`](Self::now).
+    fn now_in_task(&self) -> Instant {
+        self.now()
+    }
 
     /// A timer that fires at `deadline` (on the same clock as [`Runtime::now`]).
     fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn Timer>>;

@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 use bytes::{Bytes, BytesMut};
 use keepwire_proto::{ConnId, Failure, Instant, Violation};
 
-use super::{Conn, Driver, chunks, contain};
+use super::{Conn, Driver, chunks, contain, round_now};
 use crate::client::ClientEvent;
 use crate::codec::{Decoded, Decoder};
 use crate::error::failure_of;
@@ -104,10 +104,12 @@ impl Driver {
     /// Offers the blocked connections again (a write that would still block registers the
     /// waker, one that can go makes progress), then writes batches while the pool has any.
     fn flush(&mut self, cx: &mut Context<'_>) -> bool {
-        let now = self.now();
-        for conn in self.writes.blocked.drain(..) {
-            // Stale is fine: the connection closed meanwhile, nothing is left to write.
-            let _ = self.pool.handle_writable(now, conn);
+        if !self.writes.blocked.is_empty() {
+            let now = self.now();
+            for conn in self.writes.blocked.drain(..) {
+                // Stale is fine: the connection closed meanwhile, nothing is left to write.
+                let _ = self.pool.handle_writable(now, conn);
+            }
         }
         let mut moved = false;
         // Hand-outs a stream holds part of: the same frames again, still unreported.
@@ -214,7 +216,6 @@ impl Driver {
     fn fill(&mut self, cx: &mut Context<'_>, conn: ConnId) -> bool {
         let mut moved = false;
         for _ in 0..READ_BUDGET {
-            let now = self.now();
             let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
                 return moved;
             };
@@ -223,14 +224,16 @@ impl Driver {
             let held = open.inbound.len();
             let room = (open.inbound.capacity() - held).max(chunks::CHUNK.saturating_sub(held));
             let limit = room.clamp(MIN_READ, self.read_buf.len());
-            let read = open.stream.poll_read(cx, &mut self.read_buf[..limit]);
+            let Poll::Ready(read) = open.stream.poll_read(cx, &mut self.read_buf[..limit]) else {
+                return moved;
+            };
+            let now = round_now(&self.clock, &*self.runtime, self.origin);
             match read {
-                Poll::Pending => return moved,
-                Poll::Ready(Ok(0)) => {
+                Ok(0) => {
                     self.lost(now, conn, Failure::PeerClosed);
                     return true;
                 }
-                Poll::Ready(Ok(n)) => {
+                Ok(n) => {
                     self.chunks.reserve(&mut open.inbound, n);
                     open.inbound.extend_from_slice(&self.read_buf[..n]);
                     moved = true;
@@ -239,8 +242,8 @@ impl Driver {
                         return true;
                     }
                 }
-                Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
-                Poll::Ready(Err(e)) => {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
                     self.lost(now, conn, failure_of(&e));
                     return true;
                 }
