@@ -593,24 +593,26 @@ impl Driver {
             .as_ref()
             .is_some_and(|armed| armed.at.is_some_and(|at| at <= next));
         if covered || next > self.now() {
-            if !covered {
-                let Some(deadline) = self
-                    .origin
-                    .checked_add(Duration::from_nanos(next.as_nanos()))
-                else {
-                    return false; // beyond the clock's range: never
-                };
-                if let Some(armed) = self.timer.as_mut() {
-                    armed.timer.as_mut().reset(deadline);
-                    armed.at = Some(next);
-                } else {
-                    self.timer = Some(Armed {
+            let armed = match &mut self.timer {
+                Some(armed) if covered => armed,
+                timer => {
+                    let Some(deadline) = self
+                        .origin
+                        .checked_add(Duration::from_nanos(next.as_nanos()))
+                    else {
+                        return false; // beyond the clock's range: never
+                    };
+                    if let Some(armed) = timer {
+                        armed.timer.as_mut().reset(deadline);
+                    }
+                    let armed = timer.get_or_insert_with(|| Armed {
                         timer: self.runtime.new_timer(deadline),
-                        at: Some(next),
+                        at: None,
                     });
+                    armed.at = Some(next);
+                    armed
                 }
-            }
-            let armed = self.timer.as_mut().expect("armed above");
+            };
             if armed.timer.as_mut().poll_fire(cx).is_pending() {
                 return false;
             }
