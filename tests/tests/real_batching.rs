@@ -1,8 +1,12 @@
-//! The callers a round answers send their next requests in one write. After a round that
-//! answered several callers the driver yields, so they run before its next round; it used to
-//! loop on, and on an executor that runs a just-woken task next (tokio's multi-thread
-//! scheduler and its LIFO slot) each caller's send then woke the driver straight into a round
-//! of its own: one write per request.
+//! The callers a round answers send their next requests in one write, and a round answers a
+//! slice of a batch, not all of it. After a round that answered several callers the driver
+//! yields, so they run before its next round; it used to loop on, and on an executor that
+//! runs a just-woken task next (tokio's multi-thread scheduler and its LIFO slot) each
+//! caller's send then woke the driver straight into a round of its own: one write per
+//! request. And a round hands the pool about a third of a connection's requests in flight,
+//! leaving the rest of a batch of answers buffered for the next round, so the first callers'
+//! next requests are written while the rest are still being answered (before, the whole batch
+//! was answered first, and the peer sat idle meanwhile).
 //!
 //! A lone request needs no batch, and the driver does not yield for it: yielding costs a poll,
 //! and on tokio a wake of a parked worker.
@@ -34,13 +38,18 @@ const PAYLOAD: &[u8] = b"a request of 32 bytes, padded..";
 
 #[test]
 fn the_callers_a_round_answers_send_their_next_requests_in_one_write() {
-    // Two callers are already a batch worth yielding for.
-    for callers in [2, 8] {
-        callers_send_each_round_in_one_write(callers);
+    // Two callers are already a batch worth yielding for, and fewer than a slice (at least
+    // four); eight are answered four at a time; 64 a third at a time, rounded up.
+    for (callers, slices) in [(2, &[2][..]), (8, &[4, 4]), (64, &[22, 22, 20])] {
+        callers_send_each_slice_in_one_write(callers, slices);
     }
 }
 
-fn callers_send_each_round_in_one_write(callers: usize) {
+/// `callers` send `ROUNDS` requests each to a peer that answers a whole batch at once; each
+/// batch's answers are handed out in `slices`, and the callers of each slice send their next
+/// requests in one write.
+fn callers_send_each_slice_in_one_write(callers: usize, slices: &[usize]) {
+    assert_eq!(slices.iter().sum::<usize>(), callers);
     let peer = batch_echo(callers);
     let tokio = one_worker();
     let runtime = CountingRuntime::on(&tokio);
@@ -66,7 +75,8 @@ fn callers_send_each_round_in_one_write(callers: usize) {
     });
 
     // Bytes per write, in requests. The first round's requests go out as the callers start;
-    // every later round is sent by callers the driver answered in one round.
+    // every later round is sent by callers the driver answered in one round, a slice of the
+    // batch at a time.
     let frame = LengthPrefixed::frame(0, PAYLOAD).unwrap().len();
     let writes = runtime.writes.lock().unwrap().clone();
     let requests: Vec<usize> = writes.iter().map(|bytes| bytes / frame).collect();
@@ -85,8 +95,8 @@ fn callers_send_each_round_in_one_write(callers: usize) {
         .count();
     assert_eq!(
         &requests[first_round_writes..],
-        &[callers; ROUNDS - 1],
-        "every round after the first in one write: {requests:?}"
+        slices.repeat(ROUNDS - 1),
+        "every round after the first in one write per slice: {requests:?}"
     );
 }
 
