@@ -672,10 +672,13 @@ impl Future for Driver {
     /// and what they send leaves in one batch. Looping on instead, the answered callers waited
     /// behind the driver, and on tokio's multi-thread runtime (which runs a just-woken task
     /// next) the first one's send woke it into a round for that one request, then the next:
-    /// 2.5 requests per `writev` at 64 B × 64 in flight against 49 now, and half the
+    /// 2.5 requests per `writev` at 64 B × 64 in flight against 49 with the yield, and half the
     /// throughput (BENCHMARKS.md, `tests/tests/real_batching.rs`). A lone answer loops on:
     /// yielding would cost a poll and, on tokio, a wake of a parked worker (two `futex` calls
-    /// per request at 1 in flight) for no batch.
+    /// per request at 1 in flight) for no batch. A round answers at most a slice of what a
+    /// connection has buffered (about a third of its requests in flight; `conn_io`), so a
+    /// batch of answers is answered over several polls, and the first callers' next requests
+    /// are written before the last callers are answered.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
         for _ in 0..ROUNDS_PER_POLL {
