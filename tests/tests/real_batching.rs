@@ -290,6 +290,16 @@ impl IoStream for CountedStream {
         self.stream.poll_read(cx, buf)
     }
 
+    fn poll_read_buf(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+        limit: usize,
+        scratch: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        self.stream.poll_read_buf(cx, buf, limit, scratch)
+    }
+
     fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let written = self.stream.poll_write(cx, buf);
         self.count(written)

@@ -14,6 +14,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use bytes::BytesMut;
+
 use crate::resolve::ResolveError;
 use crate::socket::{PreparedSocket, SocketRef};
 
@@ -271,6 +273,30 @@ pub trait IoStream: Send + fmt::Debug + 'static {
     /// Reads into `buf`; `Ok(0)` is end of stream.
     fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>>;
 
+    /// Reads at most `limit` bytes (no more than `buf` has room for) and appends them to
+    /// `buf`, returning how many; `Ok(0)` is end of stream. The driver reads responses this
+    /// way, into the buffer they are cut from. `buf` must have room and `limit` be above
+    /// zero (the driver makes sure): a read of nothing returns `Ok(0)`, as at the end.
+    ///
+    /// The default reads into `scratch` with [`poll_read`](Self::poll_read) and copies what
+    /// it read into `buf`: correct for any stream, at the cost of that copy. A stream that can
+    /// read into uninitialized memory overrides it and reads in place; keepwire's tokio stream
+    /// does (a 16 KiB response is 16 KiB less copying).
+    fn poll_read_buf(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+        limit: usize,
+        scratch: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        let limit = limit.min(buf.capacity() - buf.len()).min(scratch.len());
+        let read = self.poll_read(cx, &mut scratch[..limit]);
+        if let Poll::Ready(Ok(n)) = read {
+            buf.extend_from_slice(&scratch[..n]);
+        }
+        read
+    }
+
     /// Writes from `buf`, returning how many bytes the kernel accepted (see the kernel
     /// boundary above for a stream that encodes what it is given).
     fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>>;
@@ -318,6 +344,16 @@ impl<S: IoStream + ?Sized> IoStream for Box<S> {
         (**self).poll_read(cx, buf)
     }
 
+    fn poll_read_buf(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+        limit: usize,
+        scratch: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        (**self).poll_read_buf(cx, buf, limit, scratch)
+    }
+
     fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         (**self).poll_write(cx, buf)
     }
@@ -349,7 +385,8 @@ mod tokio_impls {
     use std::task::{Context, Poll};
     use std::time::Instant;
 
-    use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+    use bytes::{BufMut, BytesMut};
+    use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
     use tokio::net::TcpStream;
     use tokio::time::Sleep;
 
@@ -374,6 +411,20 @@ mod tokio_impls {
                 Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
                 Poll::Pending => Poll::Pending,
             }
+        }
+
+        /// In place: tokio reads into the buffer's spare capacity, uninitialized.
+        fn poll_read_buf(
+            &mut self,
+            cx: &mut Context<'_>,
+            buf: &mut BytesMut,
+            limit: usize,
+            _scratch: &mut [u8],
+        ) -> Poll<io::Result<usize>> {
+            let limit = limit.min(buf.capacity() - buf.len());
+            let mut room = buf.limit(limit);
+            // A fresh future per call: it keeps nothing between polls.
+            std::pin::pin!(self.read_buf(&mut room)).poll(cx)
         }
 
         fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {

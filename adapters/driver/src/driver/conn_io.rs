@@ -24,7 +24,7 @@ use std::task::{Context, Poll};
 use bytes::{Bytes, BytesMut};
 use keepwire_proto::{ConnId, Failure, Instant, Violation};
 
-use super::{Conn, Driver, chunks, contain, round_now};
+use super::{Conn, Driver, contain, round_now};
 use crate::client::ClientEvent;
 use crate::codec::{Decoded, Decoder};
 use crate::error::failure_of;
@@ -264,12 +264,28 @@ impl Driver {
             let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
                 return moved;
             };
-            // No more than fits the connection's chunk, or a fresh one with what it holds, so
-            // the bytes join a recycled chunk (a larger partial response grows its buffer).
-            let held = open.inbound.len();
-            let room = (open.inbound.capacity() - held).max(chunks::CHUNK.saturating_sub(held));
-            let limit = room.clamp(MIN_READ, self.read_buf.len());
-            let Poll::Ready(read) = open.stream.poll_read(cx, &mut self.read_buf[..limit]) else {
+            // A connection that awaits responses reads them in place, into its chunk, which
+            // moves (with what it holds) to a recycled one when it has less room than a read's
+            // worth; a larger partial response grows its buffer instead. One that awaits none
+            // holds no chunk (an idle connection need not keep 64 KiB): what it reads, the end
+            // of the stream or bytes nothing asked for, goes through the scratch buffer.
+            let room = open.inbound.capacity() - open.inbound.len();
+            let read = if room >= MIN_READ || self.pool.in_flight(conn.node()) != Some(0) {
+                if room < MIN_READ {
+                    self.chunks.reserve(&mut open.inbound, MIN_READ);
+                }
+                let (inbound, scratch) = (&mut open.inbound, &mut self.read_buf);
+                open.stream
+                    .poll_read_buf(cx, inbound, scratch.len(), scratch)
+            } else {
+                let read = open.stream.poll_read(cx, &mut self.read_buf[..MIN_READ]);
+                if let Poll::Ready(Ok(n)) = read {
+                    self.chunks.reserve(&mut open.inbound, n);
+                    open.inbound.extend_from_slice(&self.read_buf[..n]);
+                }
+                read
+            };
+            let Poll::Ready(read) = read else {
                 return moved;
             };
             let now = round_now(&self.clock, &*self.runtime, self.origin);
@@ -278,9 +294,7 @@ impl Driver {
                     self.lost(now, conn, Failure::PeerClosed);
                     return true;
                 }
-                Ok(n) => {
-                    self.chunks.reserve(&mut open.inbound, n);
-                    open.inbound.extend_from_slice(&self.read_buf[..n]);
+                Ok(_) => {
                     moved = true;
                     self.telemetry.touched(conn.node());
                     if self.decode(now, conn, &mut slice) != Decoding::Drained {
