@@ -53,10 +53,10 @@ const ANSWER_SLICES: usize = 3;
 const MIN_ANSWER_SLICE: usize = 4;
 
 /// How many responses a round hands the pool from a connection of a node with `in_flight`
-/// requests before it pauses. A third, rounded up (64 in flight: 22, 22, 20): measured at 64 B, 16 to 128 in flight, on
-/// tokio's current_thread runtime and smol, a third beat a half (fewer, larger slices) and a
-/// sixth (more rounds and writes per request), and answering whole batches was slowest by far
-/// (BENCHMARKS.md, "Answering a batch a slice at a time").
+/// requests before it pauses: a third, rounded up (64 in flight: 22, 22, 20). Measured at 64 B,
+/// 16 to 128 in flight, on tokio's current_thread runtime and smol, a third beat a half (fewer,
+/// larger slices) and a sixth (more rounds and writes per request), and answering whole
+/// batches was slowest by far (BENCHMARKS.md, "Answering a batch a slice at a time").
 fn answer_slice(in_flight: usize) -> usize {
     in_flight.div_ceil(ANSWER_SLICES).max(MIN_ANSWER_SLICE)
 }
@@ -312,8 +312,9 @@ impl Driver {
         moved
     }
 
-    /// Hands complete responses to the pool, up to `slice` of them (counted down), then, if
-    /// none is left whole, tells it whether part of another is buffered.
+    /// Hands complete responses to the pool, `slice` of them at most (counted down), and once
+    /// no whole one is left tells it whether part of another is buffered. When the slice runs
+    /// out first, the rest waits for the next round (`paused`).
     fn decode(&mut self, now: Instant, conn: ConnId, slice: &mut usize) -> Decoding {
         loop {
             let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
