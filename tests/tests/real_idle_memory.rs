@@ -89,7 +89,9 @@ fn quiet_connections_hold_no_read_buffer() {
     });
 }
 
-/// A peer that echoes `LengthPrefixed` frames on one connection, until it closes.
+/// A peer that echoes `LengthPrefixed` frames on one connection, until it closes. Not the
+/// suite's `peers::Peer`: its connections' buffers live in this process too, and would be
+/// counted with the client's.
 fn echo() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
