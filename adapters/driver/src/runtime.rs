@@ -206,6 +206,7 @@ pub trait Timer: Send + fmt::Debug {
 /// use std::io::{self, IoSlice};
 /// use std::task::{Context, Poll};
 ///
+/// use bytes::BytesMut;
 /// use keepwire_driver::{IoStream, SocketRef};
 ///
 /// #[derive(Debug)]
@@ -217,6 +218,17 @@ pub trait Timer: Send + fmt::Debug {
 /// impl<S: IoStream> IoStream for Counted<S> {
 ///     fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
 ///         self.inner.poll_read(cx, buf)
+///     }
+///
+///     // Passed on, so that a stream that reads in place still does when wrapped.
+///     fn poll_read_buf(
+///         &mut self,
+///         cx: &mut Context<'_>,
+///         buf: &mut BytesMut,
+///         limit: usize,
+///         scratch: &mut [u8],
+///     ) -> Poll<io::Result<usize>> {
+///         self.inner.poll_read_buf(cx, buf, limit, scratch)
 ///     }
 ///
 ///     fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
