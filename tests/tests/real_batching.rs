@@ -16,13 +16,12 @@
 //! write, so each batch of answers reaches the driver in one read.
 
 use std::future::Future;
-use std::io::{self, IoSlice, Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -30,6 +29,7 @@ use keepwire_driver::{
     BoxFuture, Client, ClientBuilder, IoStream, LengthPrefixed, NodeId, PreparedSocket,
     ResolveError, Runtime, SocketRef, Target, Timer,
 };
+use keepwire_tests::peers::batch_echo;
 use keepwire_tests::test_config;
 use keepwire_tokio::TokioRuntime;
 
@@ -169,41 +169,6 @@ fn one_worker() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-/// A peer that reads `LengthPrefixed` requests until it holds `batch` of them, then echoes
-/// them all in one write; for one connection, until it closes. Its address.
-fn batch_echo(batch: usize) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    thread::spawn(move || {
-        let Ok((mut stream, _)) = listener.accept() else {
-            return;
-        };
-        stream.set_nodelay(true).unwrap();
-        let codec = LengthPrefixed::default();
-        let mut inbound = BytesMut::new();
-        let mut answers = BytesMut::new();
-        let mut held = 0;
-        let mut buf = [0; 4096];
-        loop {
-            let Ok(n) = stream.read(&mut buf) else { return };
-            if n == 0 {
-                return;
-            }
-            inbound.extend_from_slice(&buf[..n]);
-            while let Some((id, payload)) = codec.cut(&mut inbound).unwrap() {
-                LengthPrefixed::frame_into(id, &payload, &mut answers).unwrap();
-                held += 1;
-                if held == batch {
-                    stream.write_all(&answers).unwrap();
-                    answers.clear();
-                    held = 0;
-                }
-            }
-        }
-    });
-    addr
 }
 
 /// `inner`, with every stream it connects recording the bytes of each write that moved any,

@@ -4,19 +4,18 @@
 //! the driver's scratch buffer. A client with many quiet connections therefore keeps about
 //! the memory of those recycled chunks, not 64 KiB per connection.
 //!
-//! Measured with a counting allocator (live bytes), so this file holds one test.
+//! Measured with a counting allocator (live bytes), so this file holds one test, and its
+//! peers are `peers::batch_echo`: a `peers::Peer` keeps a 64 KiB read buffer per connection
+//! in this process, which would be counted with the client's.
 #![allow(unsafe_code)] // the counting allocator
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicIsize, Ordering};
-use std::thread;
 use std::time::Duration;
 
-use bytes::BytesMut;
-use keepwire_driver::{ClientBuilder, LengthPrefixed, Target};
+use keepwire_driver::{ClientBuilder, Target};
+use keepwire_tests::peers::batch_echo;
 use keepwire_tests::test_config;
 use keepwire_tokio::TokioRuntime;
 
@@ -53,7 +52,7 @@ fn quiet_connections_hold_no_read_buffer() {
         .unwrap();
     let mut builder = ClientBuilder::new(test_config());
     for _ in 0..NODES {
-        builder = builder.node(echo());
+        builder = builder.node(batch_echo(1));
     }
     let runtime = Arc::new(TokioRuntime::from_handle(tokio.handle().clone()));
     let client = tokio.block_on(async { builder.build(runtime).unwrap() });
@@ -87,37 +86,4 @@ fn quiet_connections_hold_no_read_buffer() {
         );
         client.shutdown().await;
     });
-}
-
-/// A peer that echoes `LengthPrefixed` frames on one connection, until it closes. Not the
-/// suite's `peers::Peer`: its connections' buffers live in this process too, and would be
-/// counted with the client's.
-fn echo() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    thread::spawn(move || {
-        let Ok((mut stream, _)) = listener.accept() else {
-            return;
-        };
-        stream.set_nodelay(true).unwrap();
-        let codec = LengthPrefixed::default();
-        let mut inbound = BytesMut::new();
-        let mut answers = BytesMut::new();
-        let mut buf = [0; 4096];
-        loop {
-            let Ok(n) = stream.read(&mut buf) else { return };
-            if n == 0 {
-                return;
-            }
-            inbound.extend_from_slice(&buf[..n]);
-            while let Some((id, payload)) = codec.cut(&mut inbound).unwrap() {
-                LengthPrefixed::frame_into(id, &payload, &mut answers).unwrap();
-            }
-            if stream.write_all(&answers).is_err() {
-                return;
-            }
-            answers.clear();
-        }
-    });
-    addr
 }
