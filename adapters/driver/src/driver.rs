@@ -604,13 +604,14 @@ impl Driver {
                     };
                     if let Some(armed) = timer {
                         armed.timer.as_mut().reset(deadline);
+                        armed.at = Some(next);
+                        armed
+                    } else {
+                        timer.insert(Armed {
+                            timer: self.runtime.new_timer(deadline),
+                            at: Some(next),
+                        })
                     }
-                    let armed = timer.get_or_insert_with(|| Armed {
-                        timer: self.runtime.new_timer(deadline),
-                        at: None,
-                    });
-                    armed.at = Some(next);
-                    armed
                 }
             };
             if armed.timer.as_mut().poll_fire(cx).is_pending() {

@@ -274,9 +274,9 @@ impl Driver {
                 if room < MIN_READ {
                     self.chunks.reserve(&mut open.inbound, MIN_READ);
                 }
-                let (inbound, scratch) = (&mut open.inbound, &mut self.read_buf);
+                let limit = self.read_buf.len();
                 open.stream
-                    .poll_read_buf(cx, inbound, scratch.len(), scratch)
+                    .poll_read_buf(cx, &mut open.inbound, limit, &mut self.read_buf)
             } else {
                 let read = open.stream.poll_read(cx, &mut self.read_buf[..MIN_READ]);
                 if let Poll::Ready(Ok(n)) = read {
