@@ -22,7 +22,8 @@ use crate::runtime::Runtime;
 use crate::service::ClientService;
 use crate::socket::{OptionReport, SocketReadback};
 use crate::sync::{
-    Hub, HubHandle, Next, Outbox, ReplyReceiver, ReplySender, Subscription, command_queue, reply,
+    Hub, HubHandle, Next, Outbox, ReplyReceiver, ReplySender, Spares, Subscription, command_queue,
+    reply,
 };
 
 /// Builds a [`Client`]: a keepwire [`Config`], driver options and the initial nodes.
@@ -165,6 +166,7 @@ impl ClientBuilder {
                 outbox,
                 events,
                 readiness,
+                replies: Spares::new(),
                 initial_nodes,
                 seed,
             }),
@@ -300,6 +302,8 @@ struct Handle {
     outbox: Outbox<Command>,
     events: HubHandle<ClientEvent>,
     readiness: Arc<Readiness>,
+    /// The reply slots of sends that are over, for the next sends.
+    replies: Spares<Result<Bytes, SendError>>,
     initial_nodes: Vec<NodeId>,
     seed: u64,
 }
@@ -334,7 +338,7 @@ impl Client {
         payload: impl Into<Bytes>,
         timeout: Duration,
     ) -> Result<Bytes, SendError> {
-        let (reply, receiver) = reply();
+        let (reply, receiver) = self.handle.replies.reply();
         let command = Command::Send {
             target,
             payload: payload.into(),
@@ -521,6 +525,7 @@ impl Drop for CancelOnDrop<'_> {
         if let Some(request) = self.receiver.abandon() {
             let _ = self.handle.push(Command::Abandon(request));
         }
+        self.handle.replies.recycle(&mut self.receiver);
     }
 }
 

@@ -18,7 +18,7 @@
 
 mod reply;
 
-pub(crate) use reply::{ReplyReceiver, ReplySender, answer, reply};
+pub(crate) use reply::{ReplyReceiver, ReplySender, Spares, answer, reply};
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};

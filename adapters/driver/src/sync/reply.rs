@@ -1,8 +1,10 @@
 //! A one-shot reply for one call: a slot the caller's end and the driver's end share, behind
 //! a lock held only to move a value, a waker or a request id in or out.
 //!
-//! One allocation per call, like tokio's `oneshot`, but about half its instructions: no
-//! cooperative-budget bookkeeping, and the caller's first poll files its waker with one lock.
+//! About half the instructions of tokio's `oneshot`: no cooperative-budget bookkeeping, and
+//! the caller's first poll files its waker with one lock. A send allocates no slot in steady
+//! state: the caller's end gives its slot back to the client's spares once the call is over
+//! and nothing else holds it ([`Spares`]), and the next call takes it from there.
 //! For a send the slot also carries the request the driver submitted for it
 //! ([`ReplySender::bind`]), so a caller that stops waiting names that request itself
 //! ([`ReplyReceiver::abandon`]) and the driver keeps no map from sends to requests. The two
@@ -16,17 +18,70 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
+use concurrent_queue::ConcurrentQueue;
 use keepwire_proto::RequestId;
 
-/// A one-shot reply for one call.
+/// A one-shot reply for one call, in a new slot.
 pub(crate) fn reply<T>() -> (ReplySender<T>, ReplyReceiver<T>) {
-    let slot = Arc::new(Mutex::new(Slot {
-        value: None,
-        waker: None,
-        sender_gone: false,
-        receiver_gone: false,
-        request: None,
-    }));
+    ends(Arc::new(Mutex::new(Slot::EMPTY)))
+}
+
+/// The most spare slots a client keeps: more than most keep calls in flight. A burst beyond
+/// it allocates for the calls above it, and their slots are freed after them.
+const SPARE_SLOTS: usize = 256;
+
+/// The slots of calls that are over, kept for the next calls, so that a client's sends
+/// allocate no reply slot in steady state. Callers on any thread take and return slots
+/// without a lock (a bounded lock-free queue).
+pub(crate) struct Spares<T> {
+    slots: ConcurrentQueue<Arc<Mutex<Slot<T>>>>,
+}
+
+impl<T> Spares<T> {
+    pub(crate) fn new() -> Self {
+        Self {
+            slots: ConcurrentQueue::bounded(SPARE_SLOTS),
+        }
+    }
+
+    /// A one-shot reply for one call, in a spare slot if there is one.
+    pub(crate) fn reply(&self) -> (ReplySender<T>, ReplyReceiver<T>) {
+        let slot = self
+            .slots
+            .pop()
+            .unwrap_or_else(|_| Arc::new(Mutex::new(Slot::EMPTY)));
+        ends(slot)
+    }
+
+    /// Keeps the slot of a call that is over (its receiver returned the answer or stopped
+    /// waiting) for the next call, emptied, unless the driver's end still holds it (then it
+    /// is freed with the last end, as before) or there are spares enough.
+    pub(crate) fn recycle(&self, receiver: &mut ReplyReceiver<T>) {
+        if !receiver.done {
+            return; // still waiting: the slot is in use
+        }
+        let Some(slot) = Arc::get_mut(&mut receiver.slot) else {
+            return;
+        };
+        // Poisoned only by a panic inside a critical section, which only moves values: the
+        // slot is sound, but it is not worth keeping.
+        let Ok(slot) = slot.get_mut() else {
+            return;
+        };
+        *slot = Slot::EMPTY;
+        let _ = self.slots.push(Arc::clone(&receiver.slot));
+    }
+}
+
+impl<T> fmt::Debug for Spares<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Spares")
+            .field("slots", &self.slots.len())
+            .finish()
+    }
+}
+
+fn ends<T>(slot: Arc<Mutex<Slot<T>>>) -> (ReplySender<T>, ReplyReceiver<T>) {
     let sender = ReplySender {
         slot: Some(Arc::clone(&slot)),
     };
@@ -53,6 +108,16 @@ struct Slot<T> {
     receiver_gone: bool,
     /// The request the driver submitted for this call, once bound.
     request: Option<RequestId>,
+}
+
+impl<T> Slot<T> {
+    const EMPTY: Self = Self {
+        value: None,
+        waker: None,
+        sender_gone: false,
+        receiver_gone: false,
+        request: None,
+    };
 }
 
 /// The driver's end of a reply.
@@ -113,6 +178,9 @@ impl<T> ReplySender<T> {
         guard.value = Some(value);
         let waker = guard.waker.take();
         drop(guard);
+        // Let go of the slot before the wake, so that the caller, woken, finds itself its
+        // only holder and keeps it for its next call (`Spares::recycle`).
+        drop(slot);
         if let Some(waker) = waker {
             waker.wake();
         }
@@ -126,6 +194,7 @@ impl<T> Drop for ReplySender<T> {
             guard.sender_gone = true;
             let waker = guard.waker.take();
             drop(guard);
+            drop(slot);
             if let Some(waker) = waker {
                 waker.wake();
             }
@@ -322,5 +391,70 @@ mod tests {
             None,
             "the driver stopped: nothing left to cancel"
         );
+    }
+
+    #[test]
+    fn an_answered_calls_slot_serves_the_next_call_emptied() {
+        let spares = Spares::<u32>::new();
+        let (tx, mut rx) = spares.reply();
+        assert!(tx.bind(request(3)));
+        let first = Arc::as_ptr(&rx.slot);
+        answer(tx, 1);
+        assert_eq!(block_on(&mut rx), Ok(1));
+        spares.recycle(&mut rx);
+        drop(rx);
+        let (tx, mut rx) = spares.reply();
+        assert_eq!(
+            Arc::as_ptr(&rx.slot),
+            first,
+            "the spare slot is taken again"
+        );
+        assert!(
+            !tx.is_closed(),
+            "emptied: not marked as left by the last call"
+        );
+        assert_eq!(
+            rx.abandon(),
+            None,
+            "emptied: not bound to the last call's request"
+        );
+        let (tx, rx) = spares.reply();
+        assert_ne!(Arc::as_ptr(&rx.slot), first, "no spare left: a new slot");
+        answer(tx, 2);
+        assert_eq!(block_on(rx), Ok(2));
+    }
+
+    #[test]
+    fn a_slot_the_driver_still_holds_is_not_kept() {
+        let spares = Spares::<u32>::new();
+        let (tx, mut rx) = spares.reply();
+        assert!(tx.bind(request(4)));
+        assert_eq!(rx.abandon(), Some(request(4)));
+        spares.recycle(&mut rx);
+        assert_eq!(spares.slots.len(), 0, "the driver's end still holds it");
+        let (tx2, rx2) = spares.reply();
+        assert_ne!(Arc::as_ptr(&rx2.slot), Arc::as_ptr(&rx.slot));
+        drop((tx2, rx2));
+        // A receiver still waiting keeps its slot too.
+        let (tx3, mut rx3) = spares.reply();
+        drop(tx);
+        spares.recycle(&mut rx3);
+        assert_eq!(spares.slots.len(), 0, "not done: the slot is in use");
+        drop(tx3);
+        assert_eq!(block_on(&mut rx3), Err(NoReply));
+        spares.recycle(&mut rx3);
+        assert_eq!(spares.slots.len(), 1, "done, and nothing else holds it");
+    }
+
+    #[test]
+    fn spares_are_bounded() {
+        let spares = Spares::<u32>::new();
+        let calls: Vec<_> = (0..SPARE_SLOTS + 10).map(|_| spares.reply()).collect();
+        for (tx, mut rx) in calls {
+            answer(tx, 0);
+            assert_eq!(block_on(&mut rx), Ok(0));
+            spares.recycle(&mut rx);
+        }
+        assert_eq!(spares.slots.len(), SPARE_SLOTS);
     }
 }
