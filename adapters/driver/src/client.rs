@@ -332,6 +332,10 @@ impl Client {
     /// An error says whether the request was refused before it started
     /// ([`SendError::sent`] is `None`) or how much of it the kernel had accepted when it
     /// ended; [`SendError::is_retryable`] tells whether sending it again is safe.
+    ///
+    /// In steady state a send allocates nothing beyond the caller's payload: the reply slot
+    /// of a call that is over serves a later call of any clone of this client
+    /// (`tests/tests/real_allocations.rs`).
     pub async fn send(
         &self,
         target: Target,

@@ -441,6 +441,12 @@ mod tests {
         spares.recycle(&mut rx3);
         assert_eq!(spares.slots.len(), 0, "not done: the slot is in use");
         drop(tx3);
+        spares.recycle(&mut rx3);
+        assert_eq!(
+            spares.slots.len(),
+            0,
+            "not done, though alone: still in use"
+        );
         assert_eq!(block_on(&mut rx3), Err(NoReply));
         spares.recycle(&mut rx3);
         assert_eq!(spares.slots.len(), 1, "done, and nothing else holds it");
