@@ -102,6 +102,8 @@ const FRAME_HEADROOM: usize = 64;
 const ROUNDS_PER_POLL: usize = 32;
 /// Commands taken from the queue at a time.
 const COMMAND_BATCH: usize = 256;
+/// Batches of commands in one round, at most.
+const COMMAND_BATCHES: usize = 4;
 /// Bytes read from a socket at a time.
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -145,6 +147,23 @@ pub(crate) struct Driver {
     /// Callers answered, ever: a round's share of it says whether the driver yields after it
     /// ([`Driver::poll`]).
     answered: u64,
+    /// What the current round left for a round after it ([`Driver::round`]).
+    follow_up: FollowUp,
+}
+
+/// What a round left undone that no waker will bring back: a reason for another round before
+/// the driver returns `Pending`. Everything else a round leaves has registered the driver's
+/// waker (a source that returned `Pending`) or woken it (a budget that ran out).
+#[derive(Clone, Copy, Debug, Default)]
+struct FollowUp {
+    /// The inbox still had commands after the round's last batch.
+    commands: bool,
+    /// A connect or handshake started that nothing has polled yet.
+    setup: bool,
+    /// A connection's decoding paused with the round's slice answered.
+    paused: bool,
+    /// A write was cut short or interrupted: the next round offers the rest again.
+    write: bool,
 }
 
 /// The driver's timer and the deadline it is armed at; `None` once it fired (it must be reset
@@ -227,6 +246,7 @@ impl Driver {
             draining: false,
             stopping: false,
             answered: 0,
+            follow_up: FollowUp::default(),
         };
         Ok((driver, ids))
     }
@@ -251,15 +271,30 @@ impl Driver {
         self.clock.set(None);
     }
 
-    /// One round of work; whether anything moved.
+    /// One round of work; whether another must follow before the driver may wait.
+    ///
+    /// Not after every round that moved: one that took commands until the inbox was empty,
+    /// wrote what the pool handed out and read until its sockets would block has registered
+    /// the waker with every source, and a round after it would find nothing (at one request in
+    /// flight, that empty round cost about 960 instructions per request; BENCHMARKS.md). Another
+    /// round follows a connect or handshake that finished or started, a timer that fired, a
+    /// write that was cut short or held, decoding that paused, frames the pool has to hand
+    /// out, and commands beyond the round's batches.
     fn round(&mut self, cx: &mut Context<'_>) -> bool {
         self.tick();
-        let mut moved = self.take_commands(cx);
-        moved |= self.poll_setups(cx);
-        moved |= self.poll_io(cx);
-        moved |= self.poll_timer(cx);
+        self.follow_up = FollowUp::default();
+        self.take_commands(cx);
+        let mut again = self.poll_setups(cx);
+        self.poll_io(cx);
+        again |= self.poll_timer(cx);
         self.settle();
-        moved
+        let FollowUp {
+            commands,
+            setup,
+            paused,
+            write,
+        } = self.follow_up;
+        again || commands || setup || paused || write || self.pool.has_transmit()
     }
 
     /// Runs the pool's actions and delivers its events: after every input.
@@ -296,21 +331,30 @@ impl Driver {
         self.hub.publish(event);
     }
 
-    fn take_commands(&mut self, cx: &mut Context<'_>) -> bool {
-        let mut commands = std::mem::take(&mut self.commands);
-        let polled = poll_commands(&mut self.inbox, cx, &mut commands, COMMAND_BATCH);
-        let moved = !commands.is_empty();
-        for command in commands.drain(..) {
-            self.execute(command);
-            self.settle();
+    /// Runs the queued commands, in batches, until the inbox is empty (then it holds the
+    /// waker: tokio's channel registers none when it returns commands, so it is asked again)
+    /// or [`COMMAND_BATCHES`] batches ran (then the rest waits for the next round).
+    fn take_commands(&mut self, cx: &mut Context<'_>) {
+        for _ in 0..COMMAND_BATCHES {
+            let mut commands = std::mem::take(&mut self.commands);
+            let polled = poll_commands(&mut self.inbox, cx, &mut commands, COMMAND_BATCH);
+            for command in commands.drain(..) {
+                self.execute(command);
+                self.settle();
+            }
+            self.commands = commands;
+            match polled {
+                Poll::Ready(true) => {}
+                Poll::Ready(false) => {
+                    // Every client is gone without a word (each one's drop queues a shutdown,
+                    // so this is only a safety net): stop.
+                    self.stopping = true;
+                    return;
+                }
+                Poll::Pending => return,
+            }
         }
-        self.commands = commands;
-        if polled == Poll::Ready(false) {
-            // Every client is gone without a word (each one's drop queues a shutdown, so this
-            // is only a safety net): stop.
-            self.stopping = true;
-        }
-        moved
+        self.follow_up.commands = true;
     }
 
     fn execute(&mut self, command: Command) {
@@ -684,7 +728,7 @@ impl Future for Driver {
         let this = self.get_mut();
         for _ in 0..ROUNDS_PER_POLL {
             let answered = this.answered;
-            let moved = this.round(cx);
+            let again = this.round(cx);
             if this.draining && this.drained() {
                 this.stopping = true;
             }
@@ -692,12 +736,12 @@ impl Future for Driver {
                 this.finish();
                 return Poll::Ready(());
             }
-            if !moved {
-                this.after_rounds();
-                return Poll::Pending;
-            }
             if this.answered - answered > 1 {
                 break;
+            }
+            if !again {
+                this.after_rounds();
+                return Poll::Pending;
             }
         }
         // Still busy, or callers to let run first: yield, then continue.

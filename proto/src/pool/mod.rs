@@ -676,6 +676,15 @@ impl Pool {
         None
     }
 
+    /// Whether [`poll_transmit`](Self::poll_transmit) may hand something out: `false` means it
+    /// would return `None`; `true` may still be a connection that has nothing left by then.
+    /// Pure: an adapter asks it to know whether its run loop must go round again.
+    #[must_use]
+    #[inline]
+    pub fn has_transmit(&self) -> bool {
+        !self.transmit.is_empty()
+    }
+
     /// The next event for the application.
     #[must_use]
     #[inline]

@@ -125,20 +125,19 @@ pub(super) struct WriteBufs {
 
 impl Driver {
     /// Writes what the pool hands out, then reads what peers sent on every open connection.
-    pub(super) fn poll_io(&mut self, cx: &mut Context<'_>) -> bool {
-        let mut moved = self.flush(cx);
+    pub(super) fn poll_io(&mut self, cx: &mut Context<'_>) {
+        self.flush(cx);
         self.snapshot_conn_ids(true);
         for i in 0..self.conn_ids.len() {
             let conn = self.conn_ids[i];
-            moved |= self.fill(cx, conn);
+            self.fill(cx, conn);
             self.settle();
         }
-        moved
     }
 
     /// Offers the blocked connections again (a write that would still block registers the
     /// waker, one that can go makes progress), then writes batches while the pool has any.
-    fn flush(&mut self, cx: &mut Context<'_>) -> bool {
+    fn flush(&mut self, cx: &mut Context<'_>) {
         if !self.writes.blocked.is_empty() {
             let now = self.now();
             for conn in self.writes.blocked.drain(..) {
@@ -146,42 +145,39 @@ impl Driver {
                 let _ = self.pool.handle_writable(now, conn);
             }
         }
-        let mut moved = false;
         // Hand-outs a stream holds part of: the same frames again, still unreported.
         mem::swap(&mut self.writes.holding, &mut self.writes.retry);
         for i in 0..self.writes.retry.len() {
             let conn = self.writes.retry[i];
-            moved |= self.write(cx, conn, true);
+            self.write(cx, conn, true);
             self.settle();
         }
         self.writes.retry.clear();
         for _ in 0..WRITE_BUDGET {
             let Some(conn) = self.pool.poll_transmit(MAX_BATCH, &mut self.writes.frames) else {
-                return moved;
+                return;
             };
-            moved |= self.write(cx, conn, false);
+            self.write(cx, conn, false);
             self.settle();
         }
         // More may be waiting: let the reads of this round run, then continue.
         cx.waker().wake_by_ref();
-        moved
     }
 
     /// One vectored write of the frames handed out for `conn` (`again`: of the hand-out its
-    /// stream holds part of), reported to the pool unless the stream still holds some of it;
-    /// whether bytes moved (or the connection ended).
-    fn write(&mut self, cx: &mut Context<'_>, conn: ConnId, again: bool) -> bool {
+    /// stream holds part of), reported to the pool unless the stream still holds some of it.
+    fn write(&mut self, cx: &mut Context<'_>, conn: ConnId, again: bool) {
         self.telemetry.touched(conn.node());
         let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
             if again {
                 // Closed meanwhile: the pool ended the hand-out with the connection.
-                return false;
+                return;
             }
             // The pool hands out only established connections, and those are open here.
             // Should one not be, report nothing written: it stays blocked until it closes.
             debug_assert!(false, "bytes handed out for {conn:?}, which is not open");
             let _ = self.pool.handle_written(self.now(), conn, 0);
-            return false;
+            return;
         };
         if !again {
             // The connection keeps the hand-out until it is reported; the two vectors trade
@@ -199,12 +195,12 @@ impl Driver {
                 Poll::Pending => {
                     // The stream registered the waker; the frames stay handed out.
                     self.writes.holding.push(conn);
-                    return false;
+                    return;
                 }
                 Poll::Ready(Err(ref e)) if e.kind() == io::ErrorKind::Interrupted => {
                     self.writes.holding.push(conn);
-                    cx.waker().wake_by_ref();
-                    return true;
+                    self.follow_up.write = true;
+                    return;
                 }
                 // An error closes the connection; a count is reported (a stream holding
                 // bytes after returning one breaks its contract: it is believed all the same).
@@ -217,52 +213,46 @@ impl Driver {
         open.unreported.clear();
         let now = self.now();
         match written {
-            Poll::Ready(Ok(0)) if total > 0 => {
-                self.lost(now, conn, Failure::PeerClosed);
-                true
-            }
+            Poll::Ready(Ok(0)) if total > 0 => self.lost(now, conn, Failure::PeerClosed),
             Poll::Ready(Ok(n)) => {
                 let _ = self.pool.handle_written(now, conn, n);
                 if n < total {
                     // Most likely the socket buffer is full (or the batch had more slices than
                     // one writev takes): the next round tries again.
                     self.writes.blocked.push(conn);
+                    self.follow_up.write = true;
                 }
-                true
             }
             Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {
                 let _ = self.pool.handle_written(now, conn, 0);
                 self.writes.blocked.push(conn);
-                true // the next round retries at once
+                self.follow_up.write = true; // the next round retries at once
             }
-            Poll::Ready(Err(e)) => {
-                self.lost(now, conn, failure_of(&e));
-                true
-            }
+            Poll::Ready(Err(e)) => self.lost(now, conn, failure_of(&e)),
             Poll::Pending => {
                 // The stream registered the waker: the driver runs again once it is writable.
                 let _ = self.pool.handle_written(now, conn, 0);
                 self.writes.blocked.push(conn);
-                false
             }
         }
     }
 
-    fn fill(&mut self, cx: &mut Context<'_>, conn: ConnId) -> bool {
+    /// Resumes a paused decode, then reads until the socket would block (registering the
+    /// waker), decoding after each read, unless decoding pauses or the connection ends.
+    fn fill(&mut self, cx: &mut Context<'_>, conn: ConnId) {
         let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
-            return false;
+            return;
         };
         let mut slice = answer_slice(self.pool.in_flight(conn.node()).unwrap_or(0));
         if mem::take(&mut open.paused) {
             let now = round_now(&self.clock, &*self.runtime, self.origin);
             if self.decode(now, conn, &mut slice) != Decoding::Drained {
-                return true;
+                return;
             }
         }
-        let mut moved = false;
         for _ in 0..READ_BUDGET {
             let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
-                return moved;
+                return;
             };
             // A connection that awaits responses reads them in place, into its chunk, which
             // moves (with what it holds) to a recycled one when it has less room than a read's
@@ -286,30 +276,28 @@ impl Driver {
                 read
             };
             let Poll::Ready(read) = read else {
-                return moved;
+                return;
             };
             let now = round_now(&self.clock, &*self.runtime, self.origin);
             match read {
                 Ok(0) => {
                     self.lost(now, conn, Failure::PeerClosed);
-                    return true;
+                    return;
                 }
                 Ok(_) => {
-                    moved = true;
                     self.telemetry.touched(conn.node());
                     if self.decode(now, conn, &mut slice) != Decoding::Drained {
-                        return true;
+                        return;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     self.lost(now, conn, failure_of(&e));
-                    return true;
+                    return;
                 }
             }
         }
         cx.waker().wake_by_ref();
-        moved
     }
 
     /// Hands complete responses to the pool, `slice` of them at most (counted down), and once
@@ -322,6 +310,7 @@ impl Driver {
             };
             if *slice == 0 && !open.inbound.is_empty() {
                 open.paused = true;
+                self.follow_up.paused = true;
                 return Decoding::Paused;
             }
             let decoded = match contain(|| open.decoder.decode(&mut open.inbound)) {

@@ -110,6 +110,7 @@ impl Driver {
             }
         };
         self.conns.insert(conn, Conn::Connecting(connect));
+        self.follow_up.setup = true;
     }
 
     /// Runs the handshake hook on `conn`, as the pool asked with `Action::Handshake`.
@@ -130,6 +131,7 @@ impl Driver {
                                 report: open.report,
                             },
                         );
+                        self.follow_up.setup = true;
                     }
                     Err(message) => self.handshake_failed(now, conn, hook_panicked(&message)),
                 }
@@ -149,6 +151,8 @@ impl Driver {
 
     /// Polls connects and handshakes; reports each that finished.
     pub(super) fn poll_setups(&mut self, cx: &mut Context<'_>) -> bool {
+        // Polled here, each of them: only one started after this needs another round.
+        self.follow_up.setup = false;
         self.snapshot_conn_ids(false);
         let mut moved = false;
         for i in 0..self.conn_ids.len() {
