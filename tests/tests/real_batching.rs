@@ -360,3 +360,104 @@ impl IoStream for CountedStream {
         self.stream.socket()
     }
 }
+
+/// Responses left buffered when a round's slice runs out are decoded by the next round of the
+/// same poll, even when the slice went to answers nobody waits for any more (so no caller was
+/// answered and the driver does not yield), and no new byte or timer will wake it.
+#[test]
+fn answers_left_buffered_behind_a_slice_of_late_ones_are_not_kept_waiting() {
+    let peer = batch_echo(8);
+    let tokio = one_worker();
+    let runtime = CountingRuntime::on(&tokio);
+    // No deadline of the connection's within seconds (the test config's setup deadline, say),
+    // so that only the requests' own could wake a driver that left them buffered.
+    let mut config = test_config();
+    config.setup_timeout = Duration::from_secs(20);
+    config.setup_timeout_max = Duration::from_secs(20);
+    config.write_timeout = Duration::from_secs(20);
+    let client = ClientBuilder::new(config)
+        .node(peer)
+        .build(runtime.clone())
+        .unwrap();
+    let node = client.initial_nodes()[0];
+    let elapsed = tokio.block_on(async move {
+        // Four callers give up before the peer answers (it waits for eight requests): their
+        // answers will come first, to requests that have ended.
+        let mut gave_up = Vec::new();
+        for _ in 0..4 {
+            let client = client.clone();
+            gave_up.push(tokio::spawn(async move {
+                let send = client.send(Target::Node(node), PAYLOAD, Duration::from_secs(10));
+                tokio::time::timeout(Duration::from_millis(100), send).await
+            }));
+        }
+        for caller in gave_up {
+            assert!(
+                caller.await.unwrap().is_err(),
+                "the peer answers only eight at once"
+            );
+        }
+        // Four more: the peer answers all eight in one write, the driver reads them in one
+        // read, and its slice (4) is spent on the four late answers.
+        let start = Instant::now();
+        let mut waiting = Vec::new();
+        for _ in 0..4 {
+            let client = client.clone();
+            waiting.push(tokio::spawn(async move {
+                client
+                    .send(Target::Node(node), PAYLOAD, Duration::from_secs(10))
+                    .await
+            }));
+        }
+        for caller in waiting {
+            assert_eq!(caller.await.unwrap().as_deref(), Ok(PAYLOAD));
+        }
+        let elapsed = start.elapsed();
+        client.shutdown().await;
+        elapsed
+    });
+    // Left buffered, they would wait for the next wake-up: the requests' own deadlines, 10 s.
+    assert!(
+        elapsed < Duration::from_secs(3),
+        "the answers behind the late ones took {elapsed:?}"
+    );
+}
+
+/// More commands than a round takes (four batches of 256) are all run: the round after takes
+/// the rest. The inbox holds no waker once it has handed out commands, so nothing else would
+/// bring the driver back to them; commands that need no I/O (counters) leave no socket to
+/// wake it either.
+#[test]
+fn more_commands_than_a_round_takes_are_all_run() {
+    const CALLS: usize = 1_100;
+    let peer = batch_echo(1);
+    // current_thread: a woken task goes to the back of the queue (no LIFO slot), so the
+    // callers spawned below all run, and queue their command, before the driver runs again.
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let runtime = CountingRuntime::on(&tokio);
+    let (client, _node) = client_of(&runtime, peer);
+    tokio.block_on(async move {
+        let callers = tokio::spawn({
+            let client = client.clone();
+            async move {
+                let calls: Vec<_> = (0..CALLS)
+                    .map(|_| {
+                        let client = client.clone();
+                        tokio::spawn(async move { client.counters().await })
+                    })
+                    .collect();
+                for call in calls {
+                    assert!(call.await.unwrap().is_ok());
+                }
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(5), callers)
+            .await
+            .expect("every command run")
+            .unwrap();
+        client.shutdown().await;
+    });
+}

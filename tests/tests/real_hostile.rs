@@ -35,20 +35,26 @@ async fn hostile_peer_ends_only_its_connection(
     assert_eq!(warmup.as_deref(), Ok(&b"warm-up"[..]));
     let good_conn = client.node_info(good).await.unwrap().conn;
 
-    let victims: Vec<_> = (0..3)
-        .map(|i| {
-            let client = client.clone();
-            spawn(&*runtime, async move {
-                client
-                    .send(
-                        Target::Node(bad),
-                        format!("victim {i}"),
-                        Duration::from_secs(10),
-                    )
-                    .await
-            })
-        })
-        .collect();
+    // The three victims queue their requests in one poll of one task, back to back, so all
+    // three are the driver's before the hostile answer to the first can come back. (As three
+    // tasks, a loaded machine could run the last one after the driver had read that answer
+    // and closed the connection: its request then opened a second one, with a second
+    // violation.)
+    let victims = spawn(&*runtime, {
+        let client = client.clone();
+        async move {
+            let victim = |i: usize| {
+                client.send(
+                    Target::Node(bad),
+                    format!("victim {i}"),
+                    Duration::from_secs(10),
+                )
+            };
+            let (first, (second, third)) =
+                smol::future::zip(victim(0), smol::future::zip(victim(1), victim(2))).await;
+            [first, second, third]
+        }
+    });
     let bystander = spawn(&*runtime, {
         let client = client.clone();
         let runtime = Arc::clone(&runtime);
@@ -64,8 +70,8 @@ async fn hostile_peer_ends_only_its_connection(
         }
     });
     let mut sent = Vec::new();
-    for victim in victims {
-        match victim.join().await {
+    for victim in victims.join().await {
+        match victim {
             Err(
                 error @ SendError::Protocol {
                     violation,

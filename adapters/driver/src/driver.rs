@@ -158,7 +158,7 @@ pub(crate) struct Driver {
 struct FollowUp {
     /// The inbox still had commands after the round's last batch.
     commands: bool,
-    /// A connect or handshake started that nothing has polled yet.
+    /// A connect started that nothing has polled yet.
     setup: bool,
     /// A connection's decoding paused with the round's slice answered.
     paused: bool,
@@ -711,16 +711,17 @@ impl Driver {
 impl Future for Driver {
     type Output = ();
 
-    /// Rounds until one finds nothing to do (every source has the waker then), or until one
-    /// that answered more than one caller. Then the driver yields (wakes itself and returns):
+    /// Rounds until one leaves nothing for another (every source has the waker then; see
+    /// [`Driver::round`]), or until one that answered more than one caller. Then the driver
+    /// yields (wakes itself and returns):
     /// the callers it answered run before its next round, their sends find it already woken,
     /// and what they send leaves in one batch. Looping on instead, the answered callers waited
     /// behind the driver, and on tokio's multi-thread runtime (which runs a just-woken task
     /// next) the first one's send woke it into a round for that one request, then the next:
     /// 2.5 requests per `writev` at 64 B × 64 in flight against 49 with the yield, and half the
-    /// throughput (BENCHMARKS.md, `tests/tests/real_batching.rs`). A lone answer loops on:
-    /// yielding would cost a poll and, on tokio, a wake of a parked worker (two `futex` calls
-    /// per request at 1 in flight) for no batch. A round answers at most a slice of what a
+    /// throughput (BENCHMARKS.md, `tests/tests/real_batching.rs`). A lone answer does not
+    /// yield: that would cost a poll and, on tokio, a wake of a parked worker (two `futex`
+    /// calls per request at 1 in flight) for no batch. A round answers at most a slice of what a
     /// connection has buffered (about a third of its requests in flight; `conn_io`), so a
     /// batch of answers is answered over several polls, and the first callers' next requests
     /// are written before the last callers are answered.

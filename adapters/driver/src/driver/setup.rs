@@ -131,7 +131,6 @@ impl Driver {
                                 report: open.report,
                             },
                         );
-                        self.follow_up.setup = true;
                     }
                     Err(message) => self.handshake_failed(now, conn, hook_panicked(&message)),
                 }
@@ -151,7 +150,8 @@ impl Driver {
 
     /// Polls connects and handshakes; reports each that finished.
     pub(super) fn poll_setups(&mut self, cx: &mut Context<'_>) -> bool {
-        // Polled here, each of them: only one started after this needs another round.
+        // Polled here, each of them: only a connect started after this needs another round
+        // (a handshake starts only here, when its connect finishes, and that is one anyway).
         self.follow_up.setup = false;
         self.snapshot_conn_ids(false);
         let mut moved = false;
