@@ -95,21 +95,32 @@ fn current_thread() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Allocations on this thread over `rounds` calls of `round` on `tokio`, after `warm_up`
+/// calls (connected, buffers and spare slots in place).
+fn allocations_over(
+    tokio: &tokio::runtime::Runtime,
+    warm_up: u64,
+    rounds: u64,
+    round: impl AsyncFn(),
+) -> u64 {
+    tokio.block_on(async {
+        for _ in 0..warm_up {
+            round().await;
+        }
+        let before = allocations();
+        for _ in 0..rounds {
+            round().await;
+        }
+        allocations() - before
+    })
+}
+
 #[test]
 fn one_caller_at_a_time_allocates_nothing_per_send() {
     const SENDS: u64 = 1_000;
     let tokio = current_thread();
     let (client, node) = warm_client(&tokio);
-    let allocated = tokio.block_on(async {
-        for _ in 0..100 {
-            send(&client, node).await;
-        }
-        let before = allocations();
-        for _ in 0..SENDS {
-            send(&client, node).await;
-        }
-        allocations() - before
-    });
+    let allocated = allocations_over(&tokio, 100, SENDS, async || send(&client, node).await);
     // A reply slot per send would be one each: 1,000.
     assert!(
         allocated <= SENDS / 20,
@@ -123,36 +134,26 @@ fn sixteen_callers_at_once_allocate_nothing_per_send() {
     const BATCHES: u64 = 50;
     let tokio = current_thread();
     let (client, node) = warm_client(&tokio);
-    let allocated = tokio.block_on(async {
-        let sixteen = || async {
-            let s = || send(&client, node);
-            tokio::join!(
-                s(),
-                s(),
-                s(),
-                s(),
-                s(),
-                s(),
-                s(),
-                s(),
-                s(),
-                s(),
-                s(),
-                s(),
-                s(),
-                s(),
-                s(),
-                s()
-            );
-        };
-        for _ in 0..10 {
-            sixteen().await;
-        }
-        let before = allocations();
-        for _ in 0..BATCHES {
-            sixteen().await;
-        }
-        allocations() - before
+    let s = || send(&client, node);
+    let allocated = allocations_over(&tokio, 10, BATCHES, async || {
+        tokio::join!(
+            s(),
+            s(),
+            s(),
+            s(),
+            s(),
+            s(),
+            s(),
+            s(),
+            s(),
+            s(),
+            s(),
+            s(),
+            s(),
+            s(),
+            s(),
+            s()
+        );
     });
     let sends = 16 * BATCHES;
     assert!(
