@@ -275,11 +275,12 @@ impl Driver {
     ///
     /// Not after every round that moved: one that took commands until the inbox was empty,
     /// wrote what the pool handed out and read until its sockets would block has registered
-    /// the waker with every source, and a round after it would find nothing (at one request in
-    /// flight, that empty round cost about 960 instructions per request; BENCHMARKS.md). Another
-    /// round follows a connect or handshake that finished or started, a timer that fired, a
-    /// write that was cut short or held, decoding that paused, frames the pool has to hand
-    /// out, and commands beyond the round's batches.
+    /// the waker with every source, and a round after it would find nothing (at one request
+    /// in flight those empty rounds cost about 1,700 of a request's 13,500 instructions;
+    /// BENCHMARKS.md, "A round only when one is needed"). Another round follows a connect that
+    /// finished or started (a handshake starts only when one finishes), a timer that fired, a
+    /// write that was cut short or interrupted, decoding that paused, frames the pool has to
+    /// hand out, and commands beyond the round's batches.
     fn round(&mut self, cx: &mut Context<'_>) -> bool {
         self.tick();
         self.follow_up = FollowUp::default();
@@ -713,18 +714,18 @@ impl Future for Driver {
 
     /// Rounds until one leaves nothing for another (every source has the waker then; see
     /// [`Driver::round`]), or until one that answered more than one caller. Then the driver
-    /// yields (wakes itself and returns):
-    /// the callers it answered run before its next round, their sends find it already woken,
-    /// and what they send leaves in one batch. Looping on instead, the answered callers waited
-    /// behind the driver, and on tokio's multi-thread runtime (which runs a just-woken task
-    /// next) the first one's send woke it into a round for that one request, then the next:
-    /// 2.5 requests per `writev` at 64 B × 64 in flight against 49 with the yield, and half the
-    /// throughput (BENCHMARKS.md, `tests/tests/real_batching.rs`). A lone answer does not
-    /// yield: that would cost a poll and, on tokio, a wake of a parked worker (two `futex`
-    /// calls per request at 1 in flight) for no batch. A round answers at most a slice of what a
-    /// connection has buffered (about a third of its requests in flight; `conn_io`), so a
-    /// batch of answers is answered over several polls, and the first callers' next requests
-    /// are written before the last callers are answered.
+    /// yields (wakes itself and returns): the callers it answered run before its next round,
+    /// their sends find it already woken, and what they send leaves in one batch. Looping on
+    /// instead, the answered callers waited behind the driver, and on tokio's multi-thread
+    /// runtime (which runs a just-woken task next) the first one's send woke it into a round
+    /// for that one request, then the next: 2.5 requests per `writev` at 64 B × 64 in flight
+    /// against 49 with the yield, and half the throughput (BENCHMARKS.md,
+    /// `tests/tests/real_batching.rs`). A lone answer does not yield: that would cost a poll
+    /// and, on tokio, a wake of a parked worker (two `futex` calls per request at 1 in flight)
+    /// for no batch. A round answers at most a slice of what a connection has buffered (about
+    /// a third of its requests in flight; `conn_io`), so a batch of answers is answered over
+    /// several polls, and the first callers' next requests are written before the last
+    /// callers are answered.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
         for _ in 0..ROUNDS_PER_POLL {
