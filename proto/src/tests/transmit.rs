@@ -329,3 +329,27 @@ fn a_close_during_a_hand_out_leaves_nothing_handed_out_for_the_next_connection()
     submit_len(&mut h, node, 30);
     assert_eq!(hand_outs(&mut h, 1 << 16), [(fresh, alloc::vec![30])]);
 }
+
+#[test]
+fn has_transmit_says_whether_poll_transmit_may_hand_out() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    assert!(!h.pool.has_transmit(), "a fresh pool has nothing to write");
+    let conn = h.ready(node);
+    assert!(
+        !h.pool.has_transmit(),
+        "a ready connection with nothing queued"
+    );
+    submit_len(&mut h, node, 100);
+    assert!(
+        h.pool.has_transmit(),
+        "a frame queued on a ready connection"
+    );
+    assert_eq!(hand_outs(&mut h, 1 << 16).len(), 1);
+    assert!(
+        !h.pool.has_transmit(),
+        "handed out, not yet reported: nothing more until the report"
+    );
+    h.pool.handle_written(h.now, conn, 100).unwrap();
+    assert!(!h.pool.has_transmit(), "written whole: nothing left");
+}
