@@ -4,8 +4,8 @@
 //! allocation-free per request.
 //!
 //! Counted with a counting allocator on the threads that run the callers and the driver only
-//! (the test's own thread under a tokio current_thread runtime, or the workers of a
-//! multi-thread one); the echo peer's thread is not counted.
+//! (the test's own thread under a tokio current_thread runtime; the test's thread, the caller,
+//! and the workers of a multi-thread one); the echo peer's thread is not counted.
 #![allow(unsafe_code)] // the counting allocator
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -25,17 +25,17 @@ thread_local! {
     /// Allocations made on this thread (const-initialized, no destructor: safe to touch from
     /// inside the allocator).
     static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-    /// Whether this thread is a worker of the multi-thread test's runtime.
-    static WORKER: Cell<bool> = const { Cell::new(false) };
+    /// Whether this thread runs the multi-thread test's caller or driver.
+    static COUNTED: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Allocations made on the multi-thread test's workers, all of them.
-static ON_WORKERS: AtomicU64 = AtomicU64::new(0);
+/// Allocations made on the multi-thread test's caller's and workers' threads.
+static ON_COUNTED: AtomicU64 = AtomicU64::new(0);
 
 fn count() {
     let _ = ALLOCATIONS.try_with(|count| count.set(count.get() + 1));
-    if WORKER.try_with(Cell::get).unwrap_or(false) {
-        ON_WORKERS.fetch_add(1, Ordering::Relaxed);
+    if COUNTED.try_with(Cell::get).unwrap_or(false) {
+        ON_COUNTED.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -95,24 +95,22 @@ fn current_thread() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// Allocations on this thread over `rounds` calls of `round` on `tokio`, after `warm_up`
-/// calls (connected, buffers and spare slots in place).
-fn allocations_over(
-    tokio: &tokio::runtime::Runtime,
+/// What `count` (a running total of allocations) grew by over `rounds` calls of `round`,
+/// after `warm_up` calls (connected, buffers and spare slots in place).
+async fn allocations_over(
+    count: impl Fn() -> u64,
     warm_up: u64,
     rounds: u64,
     round: impl AsyncFn(),
 ) -> u64 {
-    tokio.block_on(async {
-        for _ in 0..warm_up {
-            round().await;
-        }
-        let before = allocations();
-        for _ in 0..rounds {
-            round().await;
-        }
-        allocations() - before
-    })
+    for _ in 0..warm_up {
+        round().await;
+    }
+    let before = count();
+    for _ in 0..rounds {
+        round().await;
+    }
+    count() - before
 }
 
 #[test]
@@ -120,7 +118,9 @@ fn one_caller_at_a_time_allocates_nothing_per_send() {
     const SENDS: u64 = 1_000;
     let tokio = current_thread();
     let (client, node) = warm_client(&tokio);
-    let allocated = allocations_over(&tokio, 100, SENDS, async || send(&client, node).await);
+    let allocated = tokio.block_on(allocations_over(allocations, 100, SENDS, async || {
+        send(&client, node).await;
+    }));
     // A reply slot per send would be one each: 1,000.
     assert!(
         allocated <= SENDS / 20,
@@ -135,7 +135,7 @@ fn sixteen_callers_at_once_allocate_nothing_per_send() {
     let tokio = current_thread();
     let (client, node) = warm_client(&tokio);
     let s = || send(&client, node);
-    let allocated = allocations_over(&tokio, 10, BATCHES, async || {
+    let allocated = tokio.block_on(allocations_over(allocations, 10, BATCHES, async || {
         tokio::join!(
             s(),
             s(),
@@ -154,7 +154,7 @@ fn sixteen_callers_at_once_allocate_nothing_per_send() {
             s(),
             s()
         );
-    });
+    }));
     let sends = 16 * BATCHES;
     assert!(
         allocated <= sends / 20,
@@ -163,32 +163,26 @@ fn sixteen_callers_at_once_allocate_nothing_per_send() {
     tokio.block_on(client.shutdown());
 }
 
-/// On two workers (the caller and the driver on either): as above, counted on both.
+/// On a multi-thread runtime, the caller on the test's thread and the driver on a worker:
+/// as above, counted on both threads.
 #[test]
-fn a_caller_on_another_worker_allocates_nothing_per_send() {
+fn a_caller_on_another_thread_than_the_driver_allocates_nothing_per_send() {
     const SENDS: u64 = 1_000;
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
-        .on_thread_start(|| WORKER.with(|worker| worker.set(true)))
+        .on_thread_start(|| COUNTED.with(|counted| counted.set(true)))
         .enable_all()
         .build()
         .unwrap();
     let (client, node) = warm_client(&tokio);
-    let caller = tokio.spawn(async move {
-        for _ in 0..100 {
-            send(&client, node).await;
-        }
-        let before = ON_WORKERS.load(Ordering::Relaxed);
-        for _ in 0..SENDS {
-            send(&client, node).await;
-        }
-        let allocated = ON_WORKERS.load(Ordering::Relaxed) - before;
-        client.shutdown().await;
-        allocated
-    });
-    let allocated = tokio.block_on(caller).unwrap();
+    COUNTED.with(|counted| counted.set(true));
+    let counted = || ON_COUNTED.load(Ordering::Relaxed);
+    let allocated = tokio.block_on(allocations_over(counted, 100, SENDS, async || {
+        send(&client, node).await;
+    }));
     assert!(
         allocated <= SENDS / 20,
-        "{allocated} allocations on the workers for {SENDS} sends one at a time"
+        "{allocated} allocations on the caller's and the workers' threads for {SENDS} sends"
     );
+    tokio.block_on(client.shutdown());
 }
