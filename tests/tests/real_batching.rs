@@ -9,7 +9,9 @@
 //! was answered first, and the peer sat idle meanwhile).
 //!
 //! A lone request needs no batch, and the driver does not yield for it: yielding costs a poll,
-//! and on tokio a wake of a parked worker.
+//! and on tokio a wake of a parked worker. Nor does it go round again when nothing is left
+//! for a round: the tests at the end check the rounds it must not skip (answers left
+//! buffered when a slice runs out, commands beyond a round's batches).
 //!
 //! Deterministic setup: tokio's multi-thread scheduler with one worker (the LIFO slot and no
 //! stealing), and a peer that answers only once a whole batch of requests is in, with one

@@ -166,6 +166,20 @@ struct FollowUp {
     write: bool,
 }
 
+impl FollowUp {
+    /// Whether any reason is set (destructured whole, so that a reason added later cannot be
+    /// left out here).
+    fn any(self) -> bool {
+        let Self {
+            commands,
+            setup,
+            paused,
+            write,
+        } = self;
+        commands || setup || paused || write
+    }
+}
+
 /// The driver's timer and the deadline it is armed at; `None` once it fired (it must be reset
 /// before it is polled again).
 struct Armed {
@@ -289,13 +303,7 @@ impl Driver {
         self.poll_io(cx);
         again |= self.poll_timer(cx);
         self.settle();
-        let FollowUp {
-            commands,
-            setup,
-            paused,
-            write,
-        } = self.follow_up;
-        again || commands || setup || paused || write || self.pool.has_transmit()
+        again || self.follow_up.any() || self.pool.has_transmit()
     }
 
     /// Runs the pool's actions and delivers its events: after every input.
