@@ -4,10 +4,11 @@
 //! deadline dropping them.
 //!
 //! Each poll repeats, until nothing moves: take commands → run the pool's actions → poll the
-//! connect and handshake futures → write what the pool hands out, read every open connection →
-//! deliver events → fire the timer armed at the pool's next deadline (the only clock the driver
-//! waits on: the pool owns every deadline, the slow-drip one included). After the last round
-//! it refreshes what services read ([`ready`]) and what operators see (telemetry).
+//! connect and handshake futures → write what the pool hands out, read the open connections
+//! whose sockets woke the driver ([`wake`]) → deliver events → fire the timer armed at the
+//! pool's next deadline (the only clock the driver waits on: the pool owns every deadline, the
+//! slow-drip one included). After the last round it refreshes what services read ([`ready`])
+//! and what operators see (telemetry).
 //!
 //! The timer is reset after every fire, even to the same deadline: the [`Timer`] contract
 //! lets a fired timer stay pending until it is reset (async-io's does), and a coarse clock may
@@ -24,7 +25,7 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -51,12 +52,14 @@ mod ids;
 mod ready;
 mod setup;
 mod waiters;
+mod wake;
 
 use chunks::Chunks;
 use conn_io::{OpenConn, WriteBufs};
 use ids::Ids;
 use setup::Connecting;
 use waiters::Waiters;
+use wake::Wakeups;
 
 /// A request from a client handle to the driver.
 #[derive(Debug)]
@@ -149,6 +152,12 @@ pub(crate) struct Driver {
     answered: u64,
     /// What the current round left for a round after it ([`Driver::round`]).
     follow_up: FollowUp,
+    /// What the connections' read wakers share with the driver ([`wake`]), and the driver's
+    /// copy of the task waker stored there.
+    wakeups: Arc<Wakeups>,
+    task_waker: Option<Waker>,
+    /// Connections whose decoding paused, to resume in the next round.
+    paused: Vec<ConnId>,
 }
 
 /// What a round left undone that no waker will bring back: a reason for another round before
@@ -261,6 +270,9 @@ impl Driver {
             stopping: false,
             answered: 0,
             follow_up: FollowUp::default(),
+            wakeups: Arc::default(),
+            task_waker: None,
+            paused: Vec::new(),
         };
         Ok((driver, ids))
     }
@@ -618,12 +630,13 @@ impl Driver {
         }
     }
 
-    fn snapshot_conn_ids(&mut self, open: bool) {
+    /// The connections being set up (connecting or handshaking), into `conn_ids`.
+    fn snapshot_setups(&mut self) {
         self.conn_ids.clear();
         let ids = self
             .conns
             .iter()
-            .filter(|(_, c)| matches!(c, Conn::Open(_)) == open)
+            .filter(|(_, c)| !matches!(c, Conn::Open(_)))
             .map(|(id, _)| *id);
         self.conn_ids.extend(ids);
     }
@@ -736,6 +749,7 @@ impl Future for Driver {
     /// callers are answered.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
+        this.wakeups.update_task(&mut this.task_waker, cx.waker());
         for _ in 0..ROUNDS_PER_POLL {
             let answered = this.answered;
             let again = this.round(cx);

@@ -23,8 +23,12 @@
 //! steadier than throughput on a busy machine), p50 latency (1 in flight) and the median of
 //! the per-round ratios.
 //!
+//! `idle=N` (0 unless given) opens N more connections per client, each to an echo server of
+//! its own, answers one request on each and leaves them idle beside the busy one while the
+//! callers run: what a client with many nodes, few of them busy, pays for the quiet ones.
+//!
 //! Arguments (after `--`) pick a part: `rt=ct,mt,smol size=64,16384 inflight=1,64
-//! clients=A,B,C rounds=5 ms=400`. The same keys are read from `KEEPWIRE_BENCH_<KEY>`
+//! clients=A,B,C rounds=5 ms=400 idle=0`. The same keys are read from `KEEPWIRE_BENCH_<KEY>`
 //! (e.g. `KEEPWIRE_BENCH_ROUNDS=9`).
 #![allow(missing_docs)]
 #![allow(unsafe_code)] // the counting allocator (support/counting.rs), and nothing else
@@ -110,11 +114,16 @@ struct Options {
     kinds: Vec<Kind>,
     rounds: usize,
     phase: Duration,
+    idle: usize,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let options = options()?;
     let addr = start_echo_server()?;
+    let idle = (0..options.idle)
+        .map(|_| start_echo_server())
+        .collect::<io::Result<Vec<_>>>()?;
+    let idle = &idle[..];
     let current = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -122,7 +131,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .enable_all()
         .build()?;
     println!(
-        "echo server on {addr}; {} rounds of {} ms per client and cell; load average {}",
+        "echo server on {addr}; {} idle connections per client; {} rounds of {} ms per client \
+         and cell; load average {}",
+        idle.len(),
         options.rounds,
         options.phase.as_millis(),
         load_average()
@@ -142,14 +153,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     for turn in 0..kinds.len() {
                         let i = (turn + round) % kinds.len();
                         let run = match flavour {
-                            Flavour::CurrentThread => {
-                                current.block_on(tokio_run(kinds[i], addr, cell, options.phase))
-                            }
+                            Flavour::CurrentThread => current.block_on(tokio_run(
+                                kinds[i],
+                                addr,
+                                idle,
+                                cell,
+                                options.phase,
+                            )),
                             Flavour::MultiThread => {
-                                multi.block_on(tokio_run(kinds[i], addr, cell, options.phase))
+                                multi.block_on(tokio_run(kinds[i], addr, idle, cell, options.phase))
                             }
                             Flavour::Smol => {
-                                smol::block_on(smol_run(kinds[i], addr, cell, options.phase))
+                                smol::block_on(smol_run(kinds[i], addr, idle, cell, options.phase))
                             }
                         }?;
                         runs[i].push(run);
@@ -257,7 +272,7 @@ fn load_average() -> String {
 
 fn options() -> Result<Options, String> {
     let mut given: HashMap<String, String> = HashMap::new();
-    for key in ["rt", "size", "inflight", "clients", "rounds", "ms"] {
+    for key in ["rt", "size", "inflight", "clients", "rounds", "ms", "idle"] {
         if let Ok(value) = std::env::var(format!("KEEPWIRE_BENCH_{}", key.to_uppercase())) {
             given.insert(key.to_owned(), value);
         }
@@ -313,6 +328,7 @@ fn options() -> Result<Options, String> {
         kinds,
         rounds: number(&list("rounds", "5")[0])?.max(1),
         phase: Duration::from_millis(number(&list("ms", "400")[0])? as u64),
+        idle: number(&list("idle", "0")[0])?,
     })
 }
 
@@ -449,6 +465,7 @@ async fn load(
 async fn tokio_run(
     kind: Kind,
     addr: SocketAddr,
+    idle: &[SocketAddr],
     cell: Cell,
     phase: Duration,
 ) -> Result<Run, Box<dyn std::error::Error>> {
@@ -456,24 +473,38 @@ async fn tokio_run(
         Kind::A => {
             let client = keepwire_tokio::client(Config::default())
                 .node(addr)
+                .nodes(idle.iter().copied())
                 .build()?;
             let caller = Keepwire::new(client.clone());
+            caller.open_idle().await?;
             let run = measure(&caller, &Tokio, cell, phase).await;
             client.shutdown().await;
             run
         }
         Kind::B => {
             let (caller, tasks) = hand_tokio::connect(addr).await?;
+            let mut quiet = Vec::new();
+            for &addr in idle {
+                quiet.push(open_idle(hand_tokio::connect(addr).await?).await?);
+            }
             let run = measure(&caller, &Tokio, cell, phase).await;
-            drop(caller);
-            tasks.finish().await;
+            for (caller, tasks) in std::iter::once((caller, tasks)).chain(quiet) {
+                drop(caller);
+                tasks.finish().await;
+            }
             run
         }
         Kind::C => {
             let (caller, tasks) = hand_tokio::connect_with_timeouts(addr).await?;
+            let mut quiet = Vec::new();
+            for &addr in idle {
+                quiet.push(open_idle(hand_tokio::connect_with_timeouts(addr).await?).await?);
+            }
             let run = measure(&caller, &Tokio, cell, phase).await;
-            drop(caller);
-            tasks.finish().await;
+            for (caller, tasks) in std::iter::once((caller, tasks)).chain(quiet) {
+                drop(caller);
+                tasks.finish().await;
+            }
             run
         }
     })
@@ -493,6 +524,29 @@ impl Keepwire {
     }
 }
 
+impl Keepwire {
+    /// One request to each node but the first, so that each has its connection open.
+    async fn open_idle(&self) -> Result<(), keepwire_driver::SendError> {
+        for &node in &self.client.initial_nodes()[1..] {
+            let payload = Bytes::from_static(&PAYLOAD[..8]);
+            self.client
+                .send(Target::Node(node), payload, TIMEOUT)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// A hand-written client's connection, open, answered once, to stay idle.
+async fn open_idle<C: Caller, T>(client: (C, T)) -> io::Result<(C, T)> {
+    match client.0.call(Bytes::from_static(&PAYLOAD[..8])).await {
+        Some(_) => Ok(client),
+        None => Err(io::Error::other(
+            "an idle connection's first request failed",
+        )),
+    }
+}
+
 impl Caller for Keepwire {
     async fn call(&self, payload: Bytes) -> Option<Bytes> {
         self.client.send(self.target, payload, TIMEOUT).await.ok()
@@ -504,6 +558,7 @@ impl Caller for Keepwire {
 async fn smol_run(
     kind: Kind,
     addr: SocketAddr,
+    idle: &[SocketAddr],
     cell: Cell,
     phase: Duration,
 ) -> Result<Run, Box<dyn std::error::Error>> {
@@ -511,24 +566,38 @@ async fn smol_run(
         Kind::A => {
             let client = keepwire_smol::client(Config::default())
                 .node(addr)
+                .nodes(idle.iter().copied())
                 .build()?;
             let caller = Keepwire::new(client.clone());
+            caller.open_idle().await?;
             let run = measure(&caller, &Smol, cell, phase).await;
             client.shutdown().await;
             run
         }
         Kind::B => {
             let (caller, tasks) = hand_smol::connect(addr).await?;
+            let mut quiet = Vec::new();
+            for &addr in idle {
+                quiet.push(open_idle(hand_smol::connect(addr).await?).await?);
+            }
             let run = measure(&caller, &Smol, cell, phase).await;
-            drop(caller);
-            tasks.finish().await;
+            for (caller, tasks) in std::iter::once((caller, tasks)).chain(quiet) {
+                drop(caller);
+                tasks.finish().await;
+            }
             run
         }
         Kind::C => {
             let (caller, tasks) = hand_smol::connect_with_timeouts(addr).await?;
+            let mut quiet = Vec::new();
+            for &addr in idle {
+                quiet.push(open_idle(hand_smol::connect_with_timeouts(addr).await?).await?);
+            }
             let run = measure(&caller, &Smol, cell, phase).await;
-            drop(caller);
-            tasks.finish().await;
+            for (caller, tasks) in std::iter::once((caller, tasks)).chain(quiet) {
+                drop(caller);
+                tasks.finish().await;
+            }
             run
         }
     })

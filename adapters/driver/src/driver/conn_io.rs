@@ -19,11 +19,13 @@
 
 use std::io::{self, IoSlice};
 use std::mem;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use keepwire_proto::{ConnId, Failure, Instant, Violation};
 
+use super::wake::{ReadWake, Wakeups};
 use super::{Conn, Driver, contain, round_now};
 use crate::client::ClientEvent;
 use crate::codec::{Decoded, Decoder};
@@ -87,6 +89,8 @@ pub(super) struct OpenConn {
     /// Decoding paused with the round's slice answered: the next round decodes what is
     /// buffered before it reads.
     paused: bool,
+    /// The waker its stream is read with, and whether it woke since the last read.
+    read_wake: ReadWake,
 }
 
 impl OpenConn {
@@ -94,6 +98,8 @@ impl OpenConn {
         stream: Box<dyn IoStream>,
         report: OptionReport,
         decoder: Box<dyn Decoder>,
+        wakeups: &Arc<Wakeups>,
+        conn: ConnId,
     ) -> Self {
         Self {
             stream,
@@ -102,6 +108,7 @@ impl OpenConn {
             decoder,
             unreported: Vec::new(),
             paused: false,
+            read_wake: ReadWake::new(wakeups, conn),
         }
     }
 }
@@ -124,14 +131,18 @@ pub(super) struct WriteBufs {
 }
 
 impl Driver {
-    /// Writes what the pool hands out, then reads what peers sent on every open connection.
+    /// Writes what the pool hands out, then reads what peers sent on the open connections
+    /// whose streams woke the driver (or that a round left part-way: [`wake`](super::wake)).
     pub(super) fn poll_io(&mut self, cx: &mut Context<'_>) {
         self.flush(cx);
-        self.snapshot_conn_ids(true);
+        self.conn_ids.clear();
+        self.conn_ids.append(&mut self.paused);
+        self.wakeups.take(&mut self.conn_ids);
         for i in 0..self.conn_ids.len() {
             let conn = self.conn_ids[i];
-            self.fill(cx, conn);
-            self.settle();
+            if self.fill(conn) {
+                self.settle();
+            }
         }
     }
 
@@ -237,22 +248,32 @@ impl Driver {
         }
     }
 
-    /// Resumes a paused decode, then reads until the socket would block (registering the
-    /// waker), decoding after each read, unless decoding pauses or the connection ends.
-    fn fill(&mut self, cx: &mut Context<'_>, conn: ConnId) {
+    /// If `conn` woke the driver or paused decoding: resumes a paused decode, then reads until
+    /// the socket would block (registering the connection's read waker), decoding after each
+    /// read, unless decoding pauses or the connection ends. Returns whether it did any of it.
+    fn fill(&mut self, conn: ConnId) -> bool {
         let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
-            return;
+            return false;
         };
+        // Both taken. A paused connection is read once its buffer is drained, woken or not:
+        // the read before the pause did not run the socket dry, so no wake may come.
+        let woken = open.read_wake.take();
+        let paused = mem::take(&mut open.paused);
+        if !woken && !paused {
+            return false;
+        }
+        let waker = open.read_wake.waker().clone();
+        let cx = &mut Context::from_waker(&waker);
         let mut slice = answer_slice(self.pool.in_flight(conn.node()).unwrap_or(0));
-        if mem::take(&mut open.paused) {
+        if paused {
             let now = round_now(&self.clock, &*self.runtime, self.origin);
             if self.decode(now, conn, &mut slice) != Decoding::Drained {
-                return;
+                return true;
             }
         }
         for _ in 0..READ_BUDGET {
             let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
-                return;
+                return true;
             };
             // A connection that awaits responses reads them in place, into its chunk, which
             // moves (with what it holds) to a recycled one when it has less room than a read's
@@ -276,28 +297,30 @@ impl Driver {
                 read
             };
             let Poll::Ready(read) = read else {
-                return;
+                return true;
             };
             let now = round_now(&self.clock, &*self.runtime, self.origin);
             match read {
                 Ok(0) => {
                     self.lost(now, conn, Failure::PeerClosed);
-                    return;
+                    return true;
                 }
                 Ok(_) => {
                     self.telemetry.touched(conn.node());
                     if self.decode(now, conn, &mut slice) != Decoding::Drained {
-                        return;
+                        return true;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     self.lost(now, conn, failure_of(&e));
-                    return;
+                    return true;
                 }
             }
         }
+        // The budget ran out with bytes perhaps still to read: marked, for the next round.
         cx.waker().wake_by_ref();
+        true
     }
 
     /// Hands complete responses to the pool, `slice` of them at most (counted down), and once
@@ -310,6 +333,7 @@ impl Driver {
             };
             if *slice == 0 && !open.inbound.is_empty() {
                 open.paused = true;
+                self.paused.push(conn);
                 self.follow_up.paused = true;
                 return Decoding::Paused;
             }

@@ -153,7 +153,7 @@ impl Driver {
         // Polled here, each of them: only a connect started after this needs another round
         // (a handshake starts only here, when its connect finishes, and that is one anyway).
         self.follow_up.setup = false;
-        self.snapshot_conn_ids(false);
+        self.snapshot_setups();
         let mut moved = false;
         for i in 0..self.conn_ids.len() {
             let conn = self.conn_ids[i];
@@ -190,7 +190,8 @@ impl Driver {
                         let Some(decoder) = self.decoder_for(now, conn) else {
                             continue;
                         };
-                        let open = OpenConn::new(io.into_stream(), report, decoder);
+                        let open =
+                            OpenConn::new(io.into_stream(), report, decoder, &self.wakeups, conn);
                         self.conns.insert(conn, Conn::Open(open));
                         if self.pool.handle_handshake_done(now, conn).is_err() {
                             self.conns.remove(&conn);
@@ -227,8 +228,10 @@ impl Driver {
         let Some(decoder) = self.decoder_for(now, conn) else {
             return;
         };
-        self.conns
-            .insert(conn, Conn::Open(OpenConn::new(stream, report, decoder)));
+        self.conns.insert(
+            conn,
+            Conn::Open(OpenConn::new(stream, report, decoder, &self.wakeups, conn)),
+        );
         let reported = match reached {
             Some(peer) => self.pool.handle_connected_to(now, conn, peer),
             None => self.pool.handle_connected(now, conn),
