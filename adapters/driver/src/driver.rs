@@ -158,6 +158,9 @@ pub(crate) struct Driver {
     task_waker: Option<Waker>,
     /// Connections whose decoding paused, to resume in the next round.
     paused: Vec<ConnId>,
+    /// Connections being set up (connecting or handshaking), to poll in the next round; a
+    /// round visits these and the open connections that woke, never the whole map.
+    setups: Vec<ConnId>,
 }
 
 /// What a round left undone that no waker will bring back: a reason for another round before
@@ -273,6 +276,7 @@ impl Driver {
             wakeups: Arc::default(),
             task_waker: None,
             paused: Vec::new(),
+            setups: Vec::new(),
         };
         Ok((driver, ids))
     }
@@ -628,17 +632,6 @@ impl Driver {
             }
             _ => {}
         }
-    }
-
-    /// The connections being set up (connecting or handshaking), into `conn_ids`.
-    fn snapshot_setups(&mut self) {
-        self.conn_ids.clear();
-        let ids = self
-            .conns
-            .iter()
-            .filter(|(_, c)| !matches!(c, Conn::Open(_)))
-            .map(|(id, _)| *id);
-        self.conn_ids.extend(ids);
     }
 
     /// Arms the timer at the next deadline (the pool's, or a readiness recheck) and fires what

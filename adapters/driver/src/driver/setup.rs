@@ -8,6 +8,7 @@
 //!
 //! [`Action::Open`]: keepwire_proto::Action::Open
 
+use std::mem;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -110,6 +111,7 @@ impl Driver {
             }
         };
         self.conns.insert(conn, Conn::Connecting(connect));
+        self.setups.push(conn);
         self.follow_up.setup = true;
     }
 
@@ -131,6 +133,7 @@ impl Driver {
                                 report: open.report,
                             },
                         );
+                        self.setups.push(conn);
                     }
                     Err(message) => self.handshake_failed(now, conn, hook_panicked(&message)),
                 }
@@ -153,7 +156,8 @@ impl Driver {
         // Polled here, each of them: only a connect started after this needs another round
         // (a handshake starts only here, when its connect finishes, and that is one anyway).
         self.follow_up.setup = false;
-        self.snapshot_setups();
+        self.conn_ids.clear();
+        mem::swap(&mut self.conn_ids, &mut self.setups);
         let mut moved = false;
         for i in 0..self.conn_ids.len() {
             let conn = self.conn_ids[i];
@@ -168,6 +172,7 @@ impl Driver {
                 Conn::Connecting(mut connect) => match connect.as_mut().poll(cx) {
                     Poll::Pending => {
                         self.conns.insert(conn, Conn::Connecting(connect));
+                        self.setups.push(conn);
                         continue;
                     }
                     Poll::Ready(Ok(connected)) => self.connected(now, conn, connected),
@@ -184,6 +189,7 @@ impl Driver {
                     Poll::Pending => {
                         self.conns
                             .insert(conn, Conn::Handshaking { handshake, report });
+                        self.setups.push(conn);
                         continue;
                     }
                     Poll::Ready(Ok(io)) => {
