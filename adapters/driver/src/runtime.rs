@@ -283,6 +283,11 @@ pub trait Timer: Send + fmt::Debug {
 /// [`KernelAccounted`]: crate::KernelAccounted
 pub trait IoStream: Send + fmt::Debug + 'static {
     /// Reads into `buf`; `Ok(0)` is end of stream.
+    ///
+    /// `Pending` must leave the waker of `cx` registered to be woken once the stream may be
+    /// readable (as `AsyncRead` asks). The driver reads a connection again only when that
+    /// waker, the connection's own, has woken it: it does not read every connection on every
+    /// round. A stream that returns `Pending` without registering it is not read again.
     fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>>;
 
     /// Reads at most `limit` bytes (no more than `buf` has room for) and appends them to
