@@ -152,8 +152,8 @@ pub(crate) struct Driver {
     answered: u64,
     /// What the current round left for a round after it ([`Driver::round`]).
     follow_up: FollowUp,
-    /// What the connections' read wakers share with the driver ([`wake`]), and the driver's
-    /// copy of the task waker stored there.
+    /// What the connections' read wakers share with the driver ([`wake`]), and the task
+    /// waker it registered there last.
     wakeups: Arc<Wakeups>,
     task_waker: Option<Waker>,
     /// Connections whose decoding paused, to resume in the next round.
@@ -742,7 +742,7 @@ impl Future for Driver {
     /// callers are answered.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
-        this.wakeups.update_task(&mut this.task_waker, cx.waker());
+        this.wakeups.register_task(&mut this.task_waker, cx.waker());
         for _ in 0..ROUNDS_PER_POLL {
             let answered = this.answered;
             let again = this.round(cx);

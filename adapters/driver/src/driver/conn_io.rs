@@ -137,7 +137,14 @@ impl Driver {
         self.flush(cx);
         self.conn_ids.clear();
         self.conn_ids.append(&mut self.paused);
-        self.wakeups.take(&mut self.conn_ids);
+        if self.wakeups.take(&mut self.conn_ids) {
+            // The list overflowed: every open connection that woke, by its mark.
+            let marked = self.conns.iter().filter_map(|(id, conn)| match conn {
+                Conn::Open(open) if open.read_wake.is_marked() => Some(*id),
+                _ => None,
+            });
+            self.conn_ids.extend(marked);
+        }
         for i in 0..self.conn_ids.len() {
             let conn = self.conn_ids[i];
             if self.fill(conn) {

@@ -9,61 +9,95 @@
 //! A connection is listed once until the driver takes its mark, which it does just before
 //! the read that registers the waker again: a wake that comes between the two is not lost, it
 //! lists the connection again and wakes the task again.
+//!
+//! No lock: the list is a bounded lock-free queue and the task's waker an `AtomicWaker`
+//! (`concurrent-queue` and `atomic-waker`, pieces smol is built on). A wake that finds the list
+//! full sets a flag instead, and the next round looks at every open connection's mark.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Wake, Waker};
 
+use atomic_waker::AtomicWaker;
+use concurrent_queue::ConcurrentQueue;
 use keepwire_proto::ConnId;
+
+/// Connections the list holds before a wake sets [`Wakeups::overflowed`] instead: more than
+/// wake in one round in all but the largest clients (each is listed once until read). About
+/// 12 KiB per client.
+const LISTED: usize = 512;
 
 /// What the connections' read wakers share with the driver: the task to wake, and the
 /// connections that woke since the driver last looked.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Wakeups {
-    /// Set with every addition to `shared.woken`, so that a round with nothing listed takes
-    /// no lock.
+    task: AtomicWaker,
+    /// A wake took the registered waker (to wake it by value): the next poll registers again.
+    task_taken: AtomicBool,
+    woken: ConcurrentQueue<ConnId>,
+    /// Set after every addition to `woken`, so that a round with nothing listed only loads it.
     listed: AtomicBool,
-    shared: Mutex<Shared>,
+    /// A wake found `woken` full: the driver looks at every open connection's mark.
+    overflowed: AtomicBool,
 }
 
-#[derive(Debug, Default)]
-struct Shared {
-    /// The driver task's waker. It changes only when the runtime moves the task (rarely, if
-    /// ever): the driver compares before it stores ([`Wakeups::update_task`]).
-    task: Option<Waker>,
-    woken: Vec<ConnId>,
+impl Default for Wakeups {
+    fn default() -> Self {
+        Self {
+            task: AtomicWaker::new(),
+            task_taken: AtomicBool::new(false),
+            woken: ConcurrentQueue::bounded(LISTED),
+            listed: AtomicBool::new(false),
+            overflowed: AtomicBool::new(false),
+        }
+    }
 }
 
 impl Wakeups {
-    /// Stores `current` (the waker of the poll under way) unless `last` (the driver's copy of
-    /// what is stored) would wake the same task.
-    pub(super) fn update_task(&self, last: &mut Option<Waker>, current: &Waker) {
-        if last.as_ref().is_some_and(|w| w.will_wake(current)) {
+    /// Registers `current`, the waker of the poll under way, as the task's, unless it is
+    /// registered already: `last` (the driver's copy of what it registered) wakes the same
+    /// task, and no wake has taken it since. A comparison and a load per poll, mostly.
+    pub(super) fn register_task(&self, last: &mut Option<Waker>, current: &Waker) {
+        let same = last.as_ref().is_some_and(|w| w.will_wake(current));
+        let taken = self.task_taken.load(Ordering::Relaxed)
+            && self.task_taken.swap(false, Ordering::Acquire);
+        if same && !taken {
             return;
         }
-        *last = Some(current.clone());
-        self.lock().task = Some(current.clone());
+        // Cleared before the registration: a wake in between takes this waker or the last
+        // one, and sets the flag again.
+        self.task.register(current);
+        if !same {
+            *last = Some(current.clone());
+        }
     }
 
-    /// Appends the connections listed since the last call to `into` (kept empty otherwise).
-    pub(super) fn take(&self, into: &mut Vec<ConnId>) {
-        if self.listed.swap(false, Ordering::Acquire) {
-            into.append(&mut self.lock().woken);
+    /// Appends the connections listed since the last call to `into`. Returns whether the
+    /// list overflowed meanwhile: then every open connection's mark must be looked at.
+    pub(super) fn take(&self, into: &mut Vec<ConnId>) -> bool {
+        if self.listed.load(Ordering::Relaxed) && self.listed.swap(false, Ordering::Acquire) {
+            // As many as are in now (a pop of an empty queue costs as much as one that
+            // finds a connection); one listed after this sets the flag again.
+            for _ in 0..self.woken.len() {
+                if let Ok(conn) = self.woken.pop() {
+                    into.push(conn);
+                }
+            }
         }
+        self.overflowed.load(Ordering::Relaxed) && self.overflowed.swap(false, Ordering::Acquire)
     }
 
     fn list(&self, conn: ConnId, wake_task: bool) {
-        let mut shared = self.lock();
-        shared.woken.push(conn);
-        self.listed.store(true, Ordering::Release);
-        if let (true, Some(task)) = (wake_task, shared.task.as_ref()) {
-            task.wake_by_ref();
+        if self.woken.push(conn).is_err() {
+            self.overflowed.store(true, Ordering::Release);
         }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Shared> {
-        // Nothing panics with the lock held; a poisoned one still holds valid data.
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+        // After the push: a round that finds the flag finds the connection.
+        self.listed.store(true, Ordering::Release);
+        if wake_task {
+            // Flagged first: the poll this wake brings about must find it.
+            self.task_taken.store(true, Ordering::Release);
+            self.task.wake();
+        }
     }
 }
 
@@ -115,6 +149,11 @@ impl ReadWake {
         self.state.marked.swap(false, Ordering::AcqRel)
     }
 
+    /// Whether the connection woke since the mark was last taken, leaving it.
+    pub(super) fn is_marked(&self) -> bool {
+        self.state.marked.load(Ordering::Acquire)
+    }
+
     /// The waker to read the connection's stream with.
     pub(super) fn waker(&self) -> &Waker {
         &self.waker
@@ -158,7 +197,7 @@ mod tests {
 
     fn taken(wakeups: &Wakeups) -> Vec<ConnId> {
         let mut list = Vec::new();
-        wakeups.take(&mut list);
+        assert!(!wakeups.take(&mut list), "not overflowed");
         list
     }
 
@@ -166,8 +205,9 @@ mod tests {
     fn a_wake_lists_its_connection_once_and_wakes_the_task() {
         let wakeups = Arc::new(Wakeups::default());
         let task = Arc::new(CountWakes::default());
+        let waker = Waker::from(Arc::clone(&task));
         let mut last = None;
-        wakeups.update_task(&mut last, &Waker::from(Arc::clone(&task)));
+        wakeups.register_task(&mut last, &waker);
         let (a_id, b_id) = conns();
         let (a, b) = (ReadWake::new(&wakeups, a_id), ReadWake::new(&wakeups, b_id));
         assert_eq!(
@@ -194,6 +234,8 @@ mod tests {
         assert_eq!(taken(&wakeups), [a_id], "only the woken connection, once");
         assert!(a.take() && !b.take());
 
+        // The next poll registers the task again (a wake takes the waker it wakes).
+        wakeups.register_task(&mut last, &waker);
         a.waker().wake_by_ref();
         assert_eq!(task.count(), 2, "once taken, a wake lists it again");
         assert_eq!(taken(&wakeups), [a_id]);
@@ -214,9 +256,48 @@ mod tests {
             Arc::new(CountWakes::default()),
         );
         let mut last = None;
-        wakeups.update_task(&mut last, &Waker::from(Arc::clone(&first)));
-        wakeups.update_task(&mut last, &Waker::from(Arc::clone(&second)));
+        wakeups.register_task(&mut last, &Waker::from(Arc::clone(&first)));
+        wakeups.register_task(&mut last, &Waker::from(Arc::clone(&second)));
         read.waker().wake_by_ref();
         assert_eq!((first.count(), second.count()), (0, 1));
+        assert!(read.take());
+
+        // Registered and not taken: the same waker again changes nothing. Once a wake took
+        // it, the next poll's registration puts it back.
+        let waker = Waker::from(Arc::clone(&second));
+        wakeups.register_task(&mut last, &waker);
+        read.waker().wake_by_ref();
+        assert_eq!(second.count(), 2);
+        assert!(read.take());
+        read.waker().wake_by_ref();
+        assert_eq!(
+            second.count(),
+            2,
+            "taken by the last wake, not registered since"
+        );
+        assert!(read.take());
+        wakeups.register_task(&mut last, &waker);
+        read.waker().wake_by_ref();
+        assert_eq!(second.count(), 3);
+    }
+
+    #[test]
+    fn a_full_list_says_so_and_loses_no_mark() {
+        let wakeups = Arc::new(Wakeups::default());
+        let (conn, _) = conns();
+        let reads: Vec<ReadWake> = (0..=LISTED)
+            .map(|_| ReadWake::new(&wakeups, conn))
+            .collect();
+        let mut list = Vec::new();
+        assert!(
+            wakeups.take(&mut list),
+            "one more than the list holds: overflowed"
+        );
+        assert_eq!(list.len(), LISTED);
+        assert!(
+            reads.iter().all(ReadWake::is_marked),
+            "every mark still set"
+        );
+        assert!(!wakeups.take(&mut list), "said once");
     }
 }
