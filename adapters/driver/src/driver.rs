@@ -25,7 +25,7 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -152,10 +152,8 @@ pub(crate) struct Driver {
     answered: u64,
     /// What the current round left for a round after it ([`Driver::round`]).
     follow_up: FollowUp,
-    /// What the connections' read wakers share with the driver ([`wake`]), and the task
-    /// waker it registered there last.
+    /// What the connections' read wakers share with the driver ([`wake`]).
     wakeups: Arc<Wakeups>,
-    task_waker: Option<Waker>,
     /// Connections whose decoding paused, to resume in the next round.
     paused: Vec<ConnId>,
     /// Connections being set up (connecting or handshaking), to poll in the next round; a
@@ -274,7 +272,6 @@ impl Driver {
             answered: 0,
             follow_up: FollowUp::default(),
             wakeups: Arc::default(),
-            task_waker: None,
             paused: Vec::new(),
             setups: Vec::new(),
         };
@@ -742,7 +739,7 @@ impl Future for Driver {
     /// callers are answered.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
-        this.wakeups.register_task(&mut this.task_waker, cx.waker());
+        this.wakeups.register_task(cx.waker());
         for _ in 0..ROUNDS_PER_POLL {
             let answered = this.answered;
             let again = this.round(cx);

@@ -32,8 +32,6 @@ const LISTED: usize = 512;
 #[derive(Debug)]
 pub(super) struct Wakeups {
     task: AtomicWaker,
-    /// A wake took the registered waker (to wake it by value): the next poll registers again.
-    task_taken: AtomicBool,
     woken: ConcurrentQueue<ConnId>,
     /// Set after every addition to `woken`, so that a round with nothing listed only loads it.
     listed: AtomicBool,
@@ -45,7 +43,6 @@ impl Default for Wakeups {
     fn default() -> Self {
         Self {
             task: AtomicWaker::new(),
-            task_taken: AtomicBool::new(false),
             woken: ConcurrentQueue::bounded(LISTED),
             listed: AtomicBool::new(false),
             overflowed: AtomicBool::new(false),
@@ -54,22 +51,12 @@ impl Default for Wakeups {
 }
 
 impl Wakeups {
-    /// Registers `current`, the waker of the poll under way, as the task's, unless it is
-    /// registered already: `last` (the driver's copy of what it registered) wakes the same
-    /// task, and no wake has taken it since. A comparison and a load per poll, mostly.
-    pub(super) fn register_task(&self, last: &mut Option<Waker>, current: &Waker) {
-        let same = last.as_ref().is_some_and(|w| w.will_wake(current));
-        let taken = self.task_taken.load(Ordering::Relaxed)
-            && self.task_taken.swap(false, Ordering::Acquire);
-        if same && !taken {
-            return;
-        }
-        // Cleared before the registration: a wake in between takes this waker or the last
-        // one, and sets the flag again.
-        self.task.register(current);
-        if !same {
-            *last = Some(current.clone());
-        }
+    /// Registers the waker of the poll under way as the task's, at the start of every poll
+    /// (a wake takes the registered waker, to wake it by value; registering the one that is
+    /// still there costs two compare-and-swaps and a comparison). Skipping it when no wake
+    /// seemed to have taken it would race a wake on another thread.
+    pub(super) fn register_task(&self, waker: &Waker) {
+        self.task.register(waker);
     }
 
     /// Appends the connections listed since the last call to `into`. Returns whether the
@@ -94,8 +81,6 @@ impl Wakeups {
         // After the push: a round that finds the flag finds the connection.
         self.listed.store(true, Ordering::Release);
         if wake_task {
-            // Flagged first: the poll this wake brings about must find it.
-            self.task_taken.store(true, Ordering::Release);
             self.task.wake();
         }
     }
@@ -206,8 +191,7 @@ mod tests {
         let wakeups = Arc::new(Wakeups::default());
         let task = Arc::new(CountWakes::default());
         let waker = Waker::from(Arc::clone(&task));
-        let mut last = None;
-        wakeups.register_task(&mut last, &waker);
+        wakeups.register_task(&waker);
         let (a_id, b_id) = conns();
         let (a, b) = (ReadWake::new(&wakeups, a_id), ReadWake::new(&wakeups, b_id));
         assert_eq!(
@@ -235,7 +219,7 @@ mod tests {
         assert!(a.take() && !b.take());
 
         // The next poll registers the task again (a wake takes the waker it wakes).
-        wakeups.register_task(&mut last, &waker);
+        wakeups.register_task(&waker);
         a.waker().wake_by_ref();
         assert_eq!(task.count(), 2, "once taken, a wake lists it again");
         assert_eq!(taken(&wakeups), [a_id]);
@@ -255,17 +239,15 @@ mod tests {
             Arc::new(CountWakes::default()),
             Arc::new(CountWakes::default()),
         );
-        let mut last = None;
-        wakeups.register_task(&mut last, &Waker::from(Arc::clone(&first)));
-        wakeups.register_task(&mut last, &Waker::from(Arc::clone(&second)));
+        wakeups.register_task(&Waker::from(Arc::clone(&first)));
+        wakeups.register_task(&Waker::from(Arc::clone(&second)));
         read.waker().wake_by_ref();
         assert_eq!((first.count(), second.count()), (0, 1));
         assert!(read.take());
 
-        // Registered and not taken: the same waker again changes nothing. Once a wake took
-        // it, the next poll's registration puts it back.
+        // A wake takes the registered waker: the next poll's registration puts it back.
         let waker = Waker::from(Arc::clone(&second));
-        wakeups.register_task(&mut last, &waker);
+        wakeups.register_task(&waker);
         read.waker().wake_by_ref();
         assert_eq!(second.count(), 2);
         assert!(read.take());
@@ -276,7 +258,7 @@ mod tests {
             "taken by the last wake, not registered since"
         );
         assert!(read.take());
-        wakeups.register_task(&mut last, &waker);
+        wakeups.register_task(&waker);
         read.waker().wake_by_ref();
         assert_eq!(second.count(), 3);
     }
