@@ -3,12 +3,12 @@
 //! shared, no lock is held across an await or a syscall, and handing bytes out cannot race a
 //! deadline dropping them.
 //!
-//! Each poll repeats, until nothing moves: take commands → run the pool's actions → poll the
-//! connect and handshake futures → write what the pool hands out, read the open connections
-//! whose sockets woke the driver ([`wake`]) → deliver events → fire the timer armed at the
-//! pool's next deadline (the only clock the driver waits on: the pool owns every deadline, the
-//! slow-drip one included). After the last round it refreshes what services read ([`ready`])
-//! and what operators see (telemetry).
+//! Each poll repeats, until nothing moves: take commands (if the inbox woke the driver) → run
+//! the pool's actions → poll the connect and handshake futures → write what the pool hands
+//! out, read the open connections whose sockets woke the driver ([`wake`]) → deliver events →
+//! fire the timer armed at the pool's next deadline (the only clock the driver waits on: the
+//! pool owns every deadline, the slow-drip one included). After the last round it refreshes
+//! what services read ([`ready`]) and what operators see (telemetry).
 //!
 //! The timer is reset after every fire, even to the same deadline: the [`Timer`] contract
 //! lets a fired timer stay pending until it is reset (async-io's does), and a coarse clock may
@@ -25,7 +25,7 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -154,6 +154,8 @@ pub(crate) struct Driver {
     follow_up: FollowUp,
     /// What the connections' read wakers share with the driver ([`wake`]).
     wakeups: Arc<Wakeups>,
+    /// The inbox is asked for commands with this waker, which marks it ([`Wakeups`]).
+    inbox_waker: Waker,
     /// Connections whose decoding paused, to resume in the next round.
     paused: Vec<ConnId>,
     /// Connections being set up (connecting or handshaking), to poll in the next round; a
@@ -241,6 +243,7 @@ impl Driver {
             hub,
             readiness,
         } = channels;
+        let wakeups = Arc::<Wakeups>::default();
         let driver = Self {
             runtime,
             origin,
@@ -271,7 +274,8 @@ impl Driver {
             stopping: false,
             answered: 0,
             follow_up: FollowUp::default(),
-            wakeups: Arc::default(),
+            inbox_waker: Waker::from(Arc::clone(&wakeups)),
+            wakeups,
             paused: Vec::new(),
             setups: Vec::new(),
         };
@@ -311,7 +315,7 @@ impl Driver {
     fn round(&mut self, cx: &mut Context<'_>) -> bool {
         self.tick();
         self.follow_up = FollowUp::default();
-        self.take_commands(cx);
+        self.take_commands();
         let mut again = self.poll_setups(cx);
         self.poll_io(cx);
         again |= self.poll_timer(cx);
@@ -353,10 +357,17 @@ impl Driver {
         self.hub.publish(event);
     }
 
-    /// Runs the queued commands, in batches, until the inbox is empty (then it holds the
-    /// waker: tokio's channel registers none when it returns commands, so it is asked again)
-    /// or [`COMMAND_BATCHES`] batches ran (then the rest waits for the next round).
-    fn take_commands(&mut self, cx: &mut Context<'_>) {
+    /// If the inbox woke the driver (or the last round left commands in it): runs the queued
+    /// commands, in batches, until the inbox is empty (then it holds the inbox's waker:
+    /// tokio's channel registers none when it returns commands, so it is asked again) or
+    /// [`COMMAND_BATCHES`] batches ran (then the rest waits for the next round). A round that
+    /// a socket or the timer woke leaves the inbox alone.
+    fn take_commands(&mut self) {
+        if !self.wakeups.take_inbox() {
+            return;
+        }
+        let waker = self.inbox_waker.clone();
+        let cx = &mut Context::from_waker(&waker);
         for _ in 0..COMMAND_BATCHES {
             let mut commands = std::mem::take(&mut self.commands);
             let polled = poll_commands(&mut self.inbox, cx, &mut commands, COMMAND_BATCH);
@@ -376,6 +387,7 @@ impl Driver {
                 Poll::Pending => return,
             }
         }
+        self.wakeups.mark_inbox();
         self.follow_up.commands = true;
     }
 

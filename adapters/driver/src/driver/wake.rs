@@ -1,14 +1,18 @@
-//! Which open connections have something to read. Each one's stream is read with a waker of
-//! its own, which puts the connection on a list and wakes the driver's task; a round reads
-//! the connections on the list (and the ones it left part-way), not every open one. A client
-//! with 17 connections, one of them busy, spent 32,200 instructions per request reading all
-//! 17 on every round; a hand-written client with a reader task per connection touches only
-//! the one with data, and so does the driver now (BENCHMARKS.md, "Reading only the
-//! connections that woke").
+//! Which sources woke the driver: open connections with something to read, and the command
+//! inbox. Each open connection's stream is read with a waker of its own, which puts the
+//! connection on a list and wakes the driver's task; a round reads the connections on the
+//! list (and the ones it left part-way), not every open one. A client with 17 connections, one
+//! of them busy, spent 32,200 instructions per request reading all 17 on every round; a
+//! hand-written client with a reader task per connection touches only the one with data, and
+//! so does the driver now (BENCHMARKS.md, "Reading only the connections that woke").
 //!
 //! A connection is listed once until the driver takes its mark, which it does just before
 //! the read that registers the waker again: a wake that comes between the two is not lost, it
 //! lists the connection again and wakes the task again.
+//!
+//! The command inbox is asked for commands the same way, only in a round after it woke the
+//! driver (the inbox's waker is [`Wakeups`] itself): a round that a socket woke, to read an
+//! answer, used to ask it too, and find nothing.
 //!
 //! No lock: the list is a bounded lock-free queue and the task's waker an `AtomicWaker`
 //! (`concurrent-queue` and `atomic-waker`, pieces smol is built on). A wake that finds the list
@@ -37,6 +41,9 @@ pub(super) struct Wakeups {
     listed: AtomicBool,
     /// A wake found `woken` full: the driver looks at every open connection's mark.
     overflowed: AtomicBool,
+    /// The command inbox woke the driver (or a round left commands in it): the next round
+    /// asks it for commands. A round that only a socket or the timer woke does not.
+    inbox: AtomicBool,
 }
 
 impl Default for Wakeups {
@@ -46,6 +53,7 @@ impl Default for Wakeups {
             woken: ConcurrentQueue::bounded(LISTED),
             listed: AtomicBool::new(false),
             overflowed: AtomicBool::new(false),
+            inbox: AtomicBool::new(true),
         }
     }
 }
@@ -74,6 +82,18 @@ impl Wakeups {
         self.overflowed.load(Ordering::Relaxed) && self.overflowed.swap(false, Ordering::Acquire)
     }
 
+    /// Whether the inbox is marked, clearing the mark. Taken before the inbox is asked, so a
+    /// command queued after that marks it again.
+    pub(super) fn take_inbox(&self) -> bool {
+        self.inbox.load(Ordering::Relaxed) && self.inbox.swap(false, Ordering::Acquire)
+    }
+
+    /// Marks the inbox without a wake: the round that left commands in it has another
+    /// round follow it.
+    pub(super) fn mark_inbox(&self) {
+        self.inbox.store(true, Ordering::Release);
+    }
+
     fn list(&self, conn: ConnId, wake_task: bool) {
         if self.woken.push(conn).is_err() {
             self.overflowed.store(true, Ordering::Release);
@@ -83,6 +103,18 @@ impl Wakeups {
         if wake_task {
             self.task.wake();
         }
+    }
+}
+
+/// As a waker, the command inbox's: it marks the inbox and wakes the task.
+impl Wake for Wakeups {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.mark_inbox();
+        self.task.wake();
     }
 }
 
@@ -261,6 +293,25 @@ mod tests {
         wakeups.register_task(&waker);
         read.waker().wake_by_ref();
         assert_eq!(second.count(), 3);
+    }
+
+    #[test]
+    fn the_inbox_waker_marks_the_inbox_alone_and_wakes_the_task() {
+        let wakeups = Arc::new(Wakeups::default());
+        let task = Arc::new(CountWakes::default());
+        wakeups.register_task(&Waker::from(Arc::clone(&task)));
+        assert!(wakeups.take_inbox(), "the first round asks the inbox");
+        assert!(!wakeups.take_inbox());
+
+        let inbox = Waker::from(Arc::clone(&wakeups));
+        inbox.wake_by_ref();
+        assert_eq!(task.count(), 1);
+        assert!(taken(&wakeups).is_empty(), "no connection listed");
+        assert!(wakeups.take_inbox() && !wakeups.take_inbox());
+
+        wakeups.mark_inbox(); // commands left: no wake, the round's follow-up comes anyway
+        assert_eq!(task.count(), 1);
+        assert!(wakeups.take_inbox());
     }
 
     #[test]
