@@ -1,13 +1,14 @@
-//! The deadline index: a 4-ary heap of `(instant, timer)` entries indexed by key, so
-//! scheduling, cancelling, firing and finding the earliest deadline stay O(log n) however many
-//! nodes and requests there are, beside a FIFO lane that takes request deadlines arriving in
-//! order (one timeout for every request) in O(1). Due entries come out by instant; at one
-//! instant node timers first (see [`TimerHeap`] for the whole order).
+//! The deadline index: 4-ary heaps of `(instant, timer)` entries indexed by key (one for the
+//! nodes' timers, one for request deadlines), so scheduling, cancelling, firing and finding the
+//! earliest deadline stay O(log n) however many nodes and requests there are, beside a FIFO
+//! lane that takes request deadlines arriving in order (one timeout for every request) in O(1).
+//! Due entries come out by instant; at one instant node timers first (see [`TimerHeap`] for the
+//! whole order).
 //!
 //! A node's timers live in a [`TimerTable`] keyed by [`NodeTimer`] (as in quinn-proto). An
-//! entry in the heap is *valid* only while the table (or the request) still holds the same
+//! entry in the index is *valid* only while the table (or the request) still holds the same
 //! instant. Re-arming a timer moves its entry; stopping a timer or ending a request cancels
-//! its entry at once, so the heap holds exactly the armed timers and the live deadlines (the
+//! its entry at once, so the index holds exactly the armed timers and the live deadlines (the
 //! pool's consistency check says so) and [`Pool::poll_timeout`](crate::Pool::poll_timeout)
 //! is a pure, exact peek.
 
@@ -91,12 +92,15 @@ pub(crate) enum TimerKey {
     Request(RequestId),
 }
 
-/// The index itself: a 4-ary min-heap of `(instant, key)` entries, indexed by key, beside a
-/// FIFO *lane* for request deadlines that arrive in order.
+/// The index itself: two 4-ary min-heaps of `(instant, key)` entries indexed by key, one for
+/// the nodes' timers and one for request deadlines, beside a FIFO *lane* for request
+/// deadlines that arrive in order.
 ///
 /// Four children per node halve the depth of a binary heap, so a sift moves an entry through
-/// half as many levels. The heap's entries are totally ordered (the key breaks ties), so they
-/// come out in exactly the order any correct heap gives them.
+/// half as many levels. Each heap's entries are totally ordered (the key breaks ties), so they
+/// come out in exactly the order any correct heap gives them. The node timers have a heap of
+/// their own so that re-arming one (the write timer, on every request) sifts through the few
+/// armed timers, not through every pending request's deadline.
 ///
 /// The index knows where each key's entry is (one position per node timer slot and per request
 /// slot), so it holds at most one entry per slot: [`schedule`](Self::schedule) moves an
@@ -106,24 +110,27 @@ pub(crate) enum TimerKey {
 ///
 /// **The lane.** A client that gives its requests one timeout submits deadlines in rising
 /// order and mostly ends them oldest first. A request deadline no earlier than the lane's last
-/// entry goes to the back of the lane instead of the heap, and the oldest comes off its front
-/// in O(1) where the heap would sift a replacement down from the top. The lane is sorted by
-/// instant (submit order among equal ones), its front is always live (ended entries ahead of
-/// a live one are popped at once; one ended in the middle waits, dead, until it reaches an
-/// end or the lane is compacted), and the earliest entry of the whole index is the earlier of
-/// the heap's top and the lane's front, the heap's on a tie.
+/// entry goes to the back of the lane instead of the request heap, and the oldest comes off
+/// its front in O(1) where the heap would sift a replacement down from the top. The lane is
+/// sorted by instant (submit order among equal ones), its front is always live (ended entries
+/// ahead of a live one are popped at once; one ended in the middle waits, dead, until it
+/// reaches an end or the lane is compacted), and the earliest entry of the whole index is the
+/// earliest of the node heap's top, the request heap's top and the lane's front, in that order
+/// of preference on a tie.
 ///
-/// **Order.** Entries come out by instant. At one instant the heap's come first, in key order
-/// (node timers before request deadlines); then the lane's, in the order they were scheduled.
-/// Every choice depends only on the calls made, so a replay gives the same order.
+/// **Order.** Entries come out by instant. At one instant the node timers come first, in key
+/// order; then the request heap's deadlines, in key order; then the lane's, in the order they
+/// were scheduled. (Node timers sort before request deadlines in [`TimerKey`]'s order too, so
+/// this is the order one heap of both gave.) Every choice depends only on the calls made, so a
+/// replay gives the same order.
 #[derive(Debug, Default)]
 pub(crate) struct TimerHeap {
-    entries: Vec<(Instant, TimerKey)>,
-    /// Position of each node timer's entry, at `node slot × timers + timer`; [`ABSENT`] if none.
-    node_at: Vec<u64>,
-    /// Where each request slot's entry is: a heap position, [`IN_LANE`] with the entry's lane
+    /// The nodes' armed timers; positions at `node slot × timers + timer`.
+    nodes: KeyedHeap<(NodeId, NodeTimer)>,
+    /// Request deadlines that did not fit the lane. Its position table is per request slot
+    /// and also records the lane's entries: a heap position, [`IN_LANE`] with the entry's lane
     /// sequence number, or [`ABSENT`].
-    request_at: Vec<u64>,
+    requests: KeyedHeap<RequestId>,
     /// Request deadlines by instant (submit order among equal ones), some of them dead (see
     /// [`Self::lane_live_at`]).
     lane: VecDeque<(Instant, RequestId)>,
@@ -145,165 +152,72 @@ const IN_LANE: u64 = 1 << 63;
 /// Dead entries the lane may hold beyond as many as its live ones before it is compacted.
 const LANE_SLACK: usize = 64;
 
-/// Where a key's entry is: its position in the heap or its index in the lane.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Place {
-    Heap(usize),
-    Lane(usize),
+/// A key of a [`KeyedHeap`]: it names the slot whose one entry it is.
+trait HeapKey: Copy + Ord {
+    /// The slot's cell in the heap's position table.
+    fn cell(self) -> usize;
 }
 
-/// Where in `node_at` the position of `node`'s `timer` is.
-fn node_cell(node: NodeId, timer: NodeTimer) -> usize {
-    node.index as usize * NodeTimer::ALL.len() + timer as usize
+impl HeapKey for (NodeId, NodeTimer) {
+    fn cell(self) -> usize {
+        self.0.index as usize * NodeTimer::ALL.len() + self.1 as usize
+    }
 }
 
-impl TimerHeap {
-    /// Schedules `key` at `at`, replacing the entry its slot holds (of this key or of an older
-    /// generation of the slot).
-    pub(crate) fn schedule(&mut self, at: Instant, key: TimerKey) {
-        let entry = (at, key);
-        if let TimerKey::Request(id) = key {
-            match self.place(key) {
-                Some(Place::Heap(i)) => drop(self.remove_at(i)),
-                Some(Place::Lane(k)) => self.lane_remove(k),
-                None => self.make_room(key),
-            }
-            if self.lane.back().is_none_or(|&(last, _)| at >= last) {
-                let seq = self.lane_head + self.lane.len() as u64;
-                self.lane.push_back((at, id));
-                self.lane_live += 1;
-                self.request_at[id.slot()] = IN_LANE | seq;
-                return;
-            }
-            return self.push(entry);
-        }
-        // A node timer: always in the heap.
-        match self.place(key) {
-            Some(Place::Heap(i)) => {
-                let old = self.entries[i];
-                self.entries[i] = entry;
-                if entry < old {
-                    self.sift_up(i);
-                } else {
-                    self.sift_down(i);
-                }
-            }
-            _ => {
-                self.make_room(key);
-                self.push(entry);
-            }
+impl HeapKey for RequestId {
+    fn cell(self) -> usize {
+        self.slot()
+    }
+}
+
+/// A 4-ary min-heap of `(instant, key)` entries that records where each slot's entry is.
+#[derive(Debug)]
+struct KeyedHeap<K> {
+    entries: Vec<(Instant, K)>,
+    /// Position of each slot's entry, [`ABSENT`] if none (the request heap's also holds the
+    /// lane's [`IN_LANE`] places).
+    at: Vec<u64>,
+}
+
+impl<K> Default for KeyedHeap<K> {
+    fn default() -> Self {
+        Self {
+            entries: Vec::new(),
+            at: Vec::new(),
         }
     }
+}
 
-    /// Takes `key`'s entry out, if the index holds one for exactly this key.
-    pub(crate) fn cancel(&mut self, key: TimerKey) {
-        match key {
-            TimerKey::Request(id) => self.cancel_request(id),
-            // A node timer's entry is always in the heap.
-            TimerKey::Node(..) => {
-                if let Some(Place::Heap(i)) = self.place(key) {
-                    if self.entries[i].1 == key {
-                        self.remove_at(i);
-                    }
-                }
-            }
+impl<K: HeapKey> KeyedHeap<K> {
+    /// The cell recorded for `key`'s slot (of any generation), if the table has one.
+    fn cell_of(&self, key: K) -> Option<u64> {
+        self.at.get(key.cell()).copied()
+    }
+
+    /// Grows the position table until `key`'s slot has a cell.
+    fn make_room(&mut self, key: K) {
+        let i = key.cell();
+        if i >= self.at.len() {
+            self.at.resize(i + 1, ABSENT);
         }
     }
 
-    /// Takes request `id`'s deadline out, if the index holds one for exactly this id: the
-    /// lane's front most of the time (a request answered oldest first).
-    pub(crate) fn cancel_request(&mut self, id: RequestId) {
-        let Some(&cell) = self.request_at.get(id.slot()) else {
-            return;
-        };
-        // Checked first: `ABSENT` has the lane bit set too.
-        if cell == ABSENT {
-            return;
-        }
-        if cell & IN_LANE != 0 {
-            let k = ((cell & !IN_LANE) - self.lane_head) as usize;
-            if self.lane[k].1 == id {
-                self.lane_remove(k);
-            }
-        } else if self.entries[cell as usize].1 == TimerKey::Request(id) {
-            self.remove_at(cell as usize);
-        }
-    }
-
-    pub(crate) fn peek(&self) -> Option<(Instant, TimerKey)> {
-        let top = self.entries.first().copied();
-        let front = self
-            .lane
-            .front()
-            .map(|&(at, id)| (at, TimerKey::Request(id)));
-        match (top, front) {
-            (Some(top), Some(front)) => Some(if top.0 <= front.0 { top } else { front }),
-            (top, front) => top.or(front),
-        }
-    }
-
-    pub(crate) fn pop(&mut self) -> Option<(Instant, TimerKey)> {
-        let earliest = self.peek()?;
-        if self.entries.first() == Some(&earliest) {
-            return Some(self.remove_at(0));
-        }
-        self.lane_remove(0);
-        Some(earliest)
-    }
-
-    /// Entries in the index (for the pool's consistency checks).
-    #[cfg(any(test, feature = "fuzzing"))]
-    pub(crate) fn len(&self) -> usize {
-        self.entries.len() + self.lane_live
-    }
-
-    /// Every entry: the heap's in heap order, then the lane's live ones in order (for the
-    /// pool's consistency checks).
-    #[cfg(any(test, feature = "fuzzing"))]
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (Instant, TimerKey)> + '_ {
-        let lane = (0..self.lane.len())
-            .filter(|&k| self.lane_live_at(k))
-            .map(|k| (self.lane[k].0, TimerKey::Request(self.lane[k].1)));
-        self.entries.iter().copied().chain(lane)
-    }
-
-    /// Where the entry of `key`'s slot is (of any generation).
-    fn place(&self, key: TimerKey) -> Option<Place> {
-        let cell = match key {
-            TimerKey::Node(node, timer) => self.node_at.get(node_cell(node, timer)),
-            TimerKey::Request(id) => self.request_at.get(id.slot()),
-        };
-        match cell.copied()? {
-            ABSENT => None,
-            c if c & IN_LANE != 0 => Some(Place::Lane(((c & !IN_LANE) - self.lane_head) as usize)),
-            c => Some(Place::Heap(c as usize)),
-        }
-    }
-
-    /// Grows the position tables until `key`'s slot has a cell.
-    fn make_room(&mut self, key: TimerKey) {
-        let (table, i) = match key {
-            TimerKey::Node(node, timer) => (&mut self.node_at, node_cell(node, timer)),
-            TimerKey::Request(id) => (&mut self.request_at, id.slot()),
-        };
-        if i >= table.len() {
-            table.resize(i + 1, ABSENT);
-        }
-    }
-
-    /// The position cell of an entry in the index (its slot has one).
-    fn cell(&mut self, key: TimerKey) -> &mut u64 {
-        match key {
-            TimerKey::Node(node, timer) => &mut self.node_at[node_cell(node, timer)],
-            TimerKey::Request(id) => &mut self.request_at[id.slot()],
+    /// Moves the entry at `i` to `entry` (of the same slot), sifting it either way.
+    fn replace(&mut self, i: usize, entry: (Instant, K)) {
+        let old = self.entries[i];
+        self.entries[i] = entry;
+        if entry < old {
+            self.sift_up(i);
+        } else {
+            self.sift_down(i);
         }
     }
 
     /// Takes out the entry at `i`, filling its place with the last entry (whose sift records
     /// where it lands).
-    fn remove_at(&mut self, i: usize) -> (Instant, TimerKey) {
+    fn remove_at(&mut self, i: usize) -> (Instant, K) {
         let removed = self.entries.swap_remove(i);
-        *self.cell(removed.1) = ABSENT;
+        self.at[removed.1.cell()] = ABSENT;
         if i < self.entries.len() {
             let moved = self.entries[i];
             if moved < removed {
@@ -316,15 +230,15 @@ impl TimerHeap {
     }
 
     /// Adds `entry` (whose slot has a cell) to the heap.
-    fn push(&mut self, entry: (Instant, TimerKey)) {
+    fn push(&mut self, entry: (Instant, K)) {
         self.entries.push(entry);
         self.sift_up(self.entries.len() - 1);
     }
 
     /// Puts `entry` (already in the heap) at `i` and records its position.
-    fn put(&mut self, i: usize, entry: (Instant, TimerKey)) {
+    fn put(&mut self, i: usize, entry: (Instant, K)) {
         self.entries[i] = entry;
-        *self.cell(entry.1) = i as u64;
+        self.at[entry.1.cell()] = i as u64;
     }
 
     /// Moves the entry at `i` up to where its parent is earlier, recording every position it
@@ -367,10 +281,179 @@ impl TimerHeap {
         self.put(i, entry);
     }
 
+    /// Whether every recorded heap position points at its entry and every entry's is
+    /// recorded (lane places aside).
+    #[cfg(test)]
+    fn positions_agree(&self) -> bool {
+        let in_heap = self.at.iter().filter(|&&c| c != ABSENT && c & IN_LANE == 0);
+        in_heap.count() == self.entries.len()
+            && (0..self.entries.len()).all(|i| self.cell_of(self.entries[i].1) == Some(i as u64))
+    }
+}
+
+/// Which part of the index holds its earliest entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    Nodes,
+    Requests,
+    Lane,
+}
+
+impl TimerHeap {
+    /// Schedules `key` at `at`, replacing the entry its slot holds (of this key or of an older
+    /// generation of the slot). The pool's callers name the part: [`Self::schedule_node`],
+    /// [`Self::schedule_request`].
+    #[cfg(test)]
+    pub(crate) fn schedule(&mut self, at: Instant, key: TimerKey) {
+        match key {
+            TimerKey::Node(node, timer) => self.schedule_node(at, node, timer),
+            TimerKey::Request(id) => self.schedule_request(at, id),
+        }
+    }
+
+    /// Schedules `node`'s `timer` at `at`, moving the entry its slot holds.
+    pub(crate) fn schedule_node(&mut self, at: Instant, node: NodeId, timer: NodeTimer) {
+        let key = (node, timer);
+        match self.nodes.cell_of(key) {
+            Some(cell) if cell != ABSENT => self.nodes.replace(cell as usize, (at, key)),
+            _ => {
+                self.nodes.make_room(key);
+                self.nodes.push((at, key));
+            }
+        }
+    }
+
+    /// Schedules request `id`'s deadline at `at`: at the back of the lane if no earlier than
+    /// its last entry, else in the request heap.
+    pub(crate) fn schedule_request(&mut self, at: Instant, id: RequestId) {
+        match self.requests.cell_of(id) {
+            None => self.requests.make_room(id),
+            Some(ABSENT) => {}
+            Some(cell) if cell & IN_LANE != 0 => self.lane_remove(self.lane_index(cell)),
+            Some(cell) => drop(self.requests.remove_at(cell as usize)),
+        }
+        if self.lane.back().is_none_or(|&(last, _)| at >= last) {
+            let seq = self.lane_head + self.lane.len() as u64;
+            self.lane.push_back((at, id));
+            self.lane_live += 1;
+            self.requests.at[id.slot()] = IN_LANE | seq;
+            return;
+        }
+        self.requests.push((at, id));
+    }
+
+    /// Takes `key`'s entry out, if the index holds one for exactly this key.
+    pub(crate) fn cancel(&mut self, key: TimerKey) {
+        match key {
+            TimerKey::Request(id) => self.cancel_request(id),
+            TimerKey::Node(node, timer) => self.cancel_node(node, timer),
+        }
+    }
+
+    /// Takes the entry of `node`'s `timer` out, if the index holds one for exactly this node.
+    pub(crate) fn cancel_node(&mut self, node: NodeId, timer: NodeTimer) {
+        let key = (node, timer);
+        if let Some(cell) = self.nodes.cell_of(key).filter(|&c| c != ABSENT) {
+            if self.nodes.entries[cell as usize].1 == key {
+                self.nodes.remove_at(cell as usize);
+            }
+        }
+    }
+
+    /// Takes request `id`'s deadline out, if the index holds one for exactly this id: the
+    /// lane's front most of the time (a request answered oldest first).
+    pub(crate) fn cancel_request(&mut self, id: RequestId) {
+        let Some(cell) = self.requests.cell_of(id) else {
+            return;
+        };
+        // Checked first: `ABSENT` has the lane bit set too.
+        if cell == ABSENT {
+            return;
+        }
+        if cell & IN_LANE != 0 {
+            let k = self.lane_index(cell);
+            if self.lane[k].1 == id {
+                self.lane_remove(k);
+            }
+        } else if self.requests.entries[cell as usize].1 == id {
+            self.requests.remove_at(cell as usize);
+        }
+    }
+
+    /// The earliest entry and where it is.
+    fn earliest(&self) -> Option<(Source, (Instant, TimerKey))> {
+        let mut best = self
+            .nodes
+            .entries
+            .first()
+            .map(|&(at, (node, timer))| (Source::Nodes, (at, TimerKey::Node(node, timer))));
+        let others = [
+            self.requests
+                .entries
+                .first()
+                .map(|&(at, id)| (Source::Requests, (at, TimerKey::Request(id)))),
+            self.lane
+                .front()
+                .map(|&(at, id)| (Source::Lane, (at, TimerKey::Request(id)))),
+        ];
+        // Strictly earlier only: on a tie the part named first wins.
+        for other in others.into_iter().flatten() {
+            if best.is_none_or(|b| other.1.0 < b.1.0) {
+                best = Some(other);
+            }
+        }
+        best
+    }
+
+    pub(crate) fn peek(&self) -> Option<(Instant, TimerKey)> {
+        self.earliest().map(|(_, entry)| entry)
+    }
+
+    pub(crate) fn pop(&mut self) -> Option<(Instant, TimerKey)> {
+        let (source, entry) = self.earliest()?;
+        match source {
+            Source::Nodes => drop(self.nodes.remove_at(0)),
+            Source::Requests => drop(self.requests.remove_at(0)),
+            Source::Lane => self.lane_remove(0),
+        }
+        Some(entry)
+    }
+
+    /// Entries in the index (for the pool's consistency checks).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.entries.len() + self.requests.entries.len() + self.lane_live
+    }
+
+    /// Every entry: the node heap's and the request heap's in heap order, then the lane's live
+    /// ones in order (for the pool's consistency checks).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (Instant, TimerKey)> + '_ {
+        let nodes = self
+            .nodes
+            .entries
+            .iter()
+            .map(|&(at, (node, timer))| (at, TimerKey::Node(node, timer)));
+        let requests = self
+            .requests
+            .entries
+            .iter()
+            .map(|&(at, id)| (at, TimerKey::Request(id)));
+        let lane = (0..self.lane.len())
+            .filter(|&k| self.lane_live_at(k))
+            .map(|k| (self.lane[k].0, TimerKey::Request(self.lane[k].1)));
+        nodes.chain(requests).chain(lane)
+    }
+
+    /// The lane index of the entry whose cell is `cell` (an [`IN_LANE`] one).
+    fn lane_index(&self, cell: u64) -> usize {
+        ((cell & !IN_LANE) - self.lane_head) as usize
+    }
+
     /// Whether `lane[k]` is live: its slot's cell still names its sequence number (an ended
     /// request's cell was cleared, a reused slot's names another place).
     fn lane_live_at(&self, k: usize) -> bool {
-        let cell = self.request_at[self.lane[k].1.slot()];
+        let cell = self.requests.at[self.lane[k].1.slot()];
         cell == IN_LANE | (self.lane_head + k as u64)
     }
 
@@ -378,7 +461,7 @@ impl TimerHeap {
     /// end at once (with the dead entries behind it), from the middle when compaction comes,
     /// once dead entries outnumber the live ones by [`LANE_SLACK`].
     fn lane_remove(&mut self, k: usize) {
-        self.request_at[self.lane[k].1.slot()] = ABSENT;
+        self.requests.at[self.lane[k].1.slot()] = ABSENT;
         self.lane_live -= 1;
         // With no dead entry left (the usual case: answers oldest first), the new end is live.
         let all_live = self.lane.len() - 1 == self.lane_live;
@@ -412,7 +495,7 @@ impl TimerHeap {
         }
         self.lane.truncate(kept);
         for k in 0..kept {
-            self.request_at[self.lane[k].1.slot()] = IN_LANE | (self.lane_head + k as u64);
+            self.requests.at[self.lane[k].1.slot()] = IN_LANE | (self.lane_head + k as u64);
         }
     }
 
@@ -420,8 +503,6 @@ impl TimerHeap {
     /// and the lane is sorted with a live front and back and its live count right.
     #[cfg(test)]
     fn positions_agree(&self) -> bool {
-        let heap_cells = self.node_at.iter().chain(&self.request_at);
-        let in_heap = heap_cells.filter(|&&c| c != ABSENT && c & IN_LANE == 0);
         let live = (0..self.lane.len()).filter(|&k| self.lane_live_at(k));
         let sorted = self
             .lane
@@ -430,9 +511,8 @@ impl TimerHeap {
             .all(|(a, b)| a.0 <= b.0);
         let ends_live = self.lane.is_empty()
             || (self.lane_live_at(0) && self.lane_live_at(self.lane.len() - 1));
-        in_heap.count() == self.entries.len()
-            && (0..self.entries.len())
-                .all(|i| self.place(self.entries[i].1) == Some(Place::Heap(i)))
+        self.nodes.positions_agree()
+            && self.requests.positions_agree()
             && live.count() == self.lane_live
             && sorted
             && ends_live
@@ -752,7 +832,7 @@ mod tests {
             heap.schedule(Instant::from_secs(u64::from(i)), key(i));
         }
         assert_eq!(
-            (heap.lane_live, heap.entries.len()),
+            (heap.lane_live, heap.requests.entries.len()),
             (500, 0),
             "all in the lane"
         );
@@ -773,7 +853,7 @@ mod tests {
         assert_eq!((compactions, heap.lane.len()), (3, 5));
         // An earlier deadline than the lane's last goes to the heap, and still comes first.
         heap.schedule(Instant::from_secs(3), key(7));
-        assert_eq!(heap.entries.len(), 1);
+        assert_eq!(heap.requests.entries.len(), 1);
         let order: Vec<_> = core::iter::from_fn(|| heap.pop()).collect();
         let expected = [(0, 0), (3, 7), (499, 499)].map(|(at, i)| (Instant::from_secs(at), key(i)));
         assert_eq!(order, expected);

@@ -10,7 +10,7 @@ use crate::event::{
 use crate::ids::{ConnId, RequestId};
 use crate::outbound::{Flip, Frame};
 use crate::requests::{Request, Stage};
-use crate::timers::{NodeTimer, TimerKey};
+use crate::timers::NodeTimer;
 
 impl Sink<'_> {
     /// Emits the request's one and only [`Event::RequestDone`].
@@ -77,7 +77,7 @@ impl Node {
         debug_assert_eq!(inserted, id);
         sink.counters.submitted += 1;
         let at = deadline.expiry_after(core::time::Duration::ZERO);
-        sink.timers.schedule(at, TimerKey::Request(id));
+        sink.timers.schedule_request(at, id);
         self.queue(sink, id, frame, cost);
         id
     }

@@ -29,7 +29,7 @@ use crate::outbound::{ByteCount, Outbound};
 use crate::requests::Requests;
 use crate::rng::Rng;
 use crate::time::Instant;
-use crate::timers::{NodeTimer, TimerHeap, TimerKey, TimerTable};
+use crate::timers::{NodeTimer, TimerHeap, TimerTable};
 
 mod conn;
 mod detector;
@@ -395,14 +395,14 @@ impl Node {
             return;
         }
         self.timers.set(timer, at);
-        sink.timers.schedule(at, TimerKey::Node(self.id, timer));
+        sink.timers.schedule_node(at, self.id, timer);
     }
 
     /// Stops `timer`, taking its entry out of the pool's heap.
     fn disarm(&mut self, sink: &mut Sink<'_>, timer: NodeTimer) {
         if self.timers.get(timer).is_some() {
             self.timers.stop(timer);
-            sink.timers.cancel(TimerKey::Node(self.id, timer));
+            sink.timers.cancel_node(self.id, timer);
         }
     }
 
