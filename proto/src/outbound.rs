@@ -133,11 +133,16 @@ impl Outbound {
         self.writable
     }
 
+    /// The sequence number the next [`Outbound::push`] gives its frame.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.front_seq + self.frames.len() as u64
+    }
+
     /// Queues a frame and returns its sequence number. The caller has checked writability: a
     /// frame is accepted whole even if it crosses the high watermark, and the flip is returned.
     #[inline]
     pub(crate) fn push(&mut self, frame: Frame, high: u64) -> (u64, Option<Flip>) {
-        let seq = self.front_seq + self.frames.len() as u64;
+        let seq = self.next_seq();
         self.pending.add(frame.cost);
         self.frames.push_back(frame);
         self.live += 1;

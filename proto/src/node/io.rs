@@ -68,7 +68,9 @@ impl Node {
         let inserted = sink.requests.insert(Request {
             node: self.id,
             deadline,
-            stage: Stage::Queued { seq: 0 },
+            stage: Stage::Queued {
+                seq: self.outbound.next_seq(),
+            },
             retried: false,
             pinned,
             heartbeat: false,
@@ -78,7 +80,7 @@ impl Node {
         sink.counters.submitted += 1;
         let at = deadline.expiry_after(core::time::Duration::ZERO);
         sink.timers.schedule_request(at, id);
-        self.queue(sink, id, frame, cost);
+        self.queue_frame(sink, id, frame, cost, true);
         id
     }
 
@@ -97,6 +99,28 @@ impl Node {
     /// Puts the frame of `id` in the outbound queue. A heartbeat's frame is queued like any
     /// other but not counted among the node's requests.
     pub(super) fn queue(&mut self, sink: &mut Sink<'_>, id: RequestId, frame: Bytes, cost: u64) {
+        let seq = self.outbound.next_seq();
+        let counted = match sink.requests.get_mut(id) {
+            Some(r) => {
+                r.stage = Stage::Queued { seq };
+                !r.heartbeat
+            }
+            None => true,
+        };
+        self.queue_frame(sink, id, frame, cost, counted);
+    }
+
+    /// Puts the frame of `id`, whose request (if any) already says it is queued as the next
+    /// frame, in the outbound queue; `counted` says whether it counts among the node's
+    /// requests (a heartbeat's does not).
+    fn queue_frame(
+        &mut self,
+        sink: &mut Sink<'_>,
+        id: RequestId,
+        frame: Bytes,
+        cost: u64,
+        counted: bool,
+    ) {
         // The write timeout follows the oldest live frame: a frame queued behind one leaves it
         // where it is.
         let behind_a_live_frame = self.outbound.has_live();
@@ -112,13 +136,12 @@ impl Node {
             },
             sink.config.high_watermark,
         );
-        let counted = match sink.requests.get_mut(id) {
-            Some(r) => {
-                r.stage = Stage::Queued { seq };
-                !r.heartbeat
-            }
-            None => true,
-        };
+        debug_assert!(
+            sink.requests
+                .get(id)
+                .is_none_or(|r| r.stage == Stage::Queued { seq }),
+            "{id:?} queued as frame {seq} with another stage"
+        );
         if counted {
             self.requests += 1;
         }
