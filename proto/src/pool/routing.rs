@@ -96,22 +96,26 @@ impl Pool {
         f: impl FnOnce(&mut Node, &mut Sink<'_>) -> R,
     ) -> Result<R, HandleError> {
         let census = self.census;
-        let result = self.run_node(now, id, f)?;
+        let (result, mut census_changed) = self.run_node(now, id, f)?;
         if !self.retry.is_empty() {
             self.route_retries(now);
+            // The retries may have moved it too (or moved it back).
+            census_changed = self.census != census;
         }
-        if self.census != census {
+        if census_changed {
             self.update_panic(now);
         }
         Ok(result)
     }
 
+    /// Runs `f` on the node's machine with a sink borrowed from the pool and keeps the census
+    /// and the selection index up to date: `f`'s result, and whether the census changed.
     pub(super) fn run_node<R>(
         &mut self,
         now: Instant,
         id: NodeId,
         f: impl FnOnce(&mut Node, &mut Sink<'_>) -> R,
-    ) -> Result<R, HandleError> {
+    ) -> Result<(R, bool), HandleError> {
         let node = self
             .nodes
             .get_mut(id.index())
@@ -137,12 +141,13 @@ impl Pool {
         };
         let result = f(node, &mut sink);
         let after = node.census();
-        if after != before {
+        let census_changed = after != before;
+        if census_changed {
             self.census.remove(before);
             self.census.add(after);
         }
         self.index.touch(id.index);
-        Ok(result)
+        Ok((result, census_changed))
     }
 
     /// Queues each transparent retry once more: on its own node if it was submitted to that
@@ -270,7 +275,7 @@ impl Pool {
         if deadline < now {
             return Err(SubmitError::DeadlinePassed);
         }
-        let node = match target {
+        let (node, n) = match target {
             Target::Node(id) => {
                 let n = self.node(id).map_err(|_| SubmitError::StaleHandle)?;
                 let a = n.admission;
@@ -290,10 +295,12 @@ impl Pool {
                         until,
                     }));
                 }
-                id
+                (id, n)
             }
             Target::Best => match self.pick(now) {
-                Selection::Ready(id) | Selection::Connecting(id) | Selection::Connect(id) => id,
+                Selection::Ready(id) | Selection::Connecting(id) | Selection::Connect(id) => {
+                    (id, self.node(id).map_err(|_| SubmitError::StaleHandle)?)
+                }
                 Selection::None { all_full } => {
                     return Err(match self.every_node_failed(now) {
                         Some(reason) => SubmitError::NodeUnavailable(Unavailable::Failed(reason)),
@@ -302,7 +309,6 @@ impl Pool {
                 }
             },
         };
-        let n = self.node(node).map_err(|_| SubmitError::StaleHandle)?;
         let cost = (len as u64).saturating_add(self.config.per_frame_overhead);
         match self.room(n, cost) {
             Ok(()) => Ok((node, cost)),
