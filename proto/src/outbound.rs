@@ -241,6 +241,10 @@ impl Outbound {
             settle(frame.id, true);
         }
         debug_assert_eq!(left, 0, "reported bytes beyond the frames handed out");
+        // Usually every frame handed out was written whole and the queue is empty now.
+        if self.frames.is_empty() {
+            return Ok((released, self.check_writable(low)));
+        }
         for frame in self.frames.iter_mut().filter(|f| !f.dropped) {
             // A hand-out is a prefix of the live frames: stop at the first live frame after it.
             if !frame.handed_out {
