@@ -148,7 +148,10 @@ impl Node {
         sink.total_pending.add(cost);
         sink.writability(self.id, flip, self.outbound.pending());
         if !behind_a_live_frame {
-            self.rearm_write_timer(sink);
+            // This frame is the oldest live one now (with no live frame the queue holds no
+            // tombstone either): its write deadline is the node's.
+            debug_assert_eq!(self.outbound.live_ids().next(), Some(id));
+            self.arm_write_timer_from(sink, sink.now);
         }
         self.schedule_transmit(sink);
         self.after_request_change(sink);
@@ -310,11 +313,20 @@ impl Node {
     /// Arms the write timeout for the oldest unaccepted frame of a ready connection:
     /// `max(enqueued, ready) + write_timeout`, firing one nanosecond past it.
     pub(super) fn rearm_write_timer(&mut self, sink: &mut Sink<'_>) {
+        match self.outbound.front_live().map(|f| f.enqueued_at) {
+            Some(enqueued_at) => self.arm_write_timer_from(sink, enqueued_at),
+            None => self.disarm(sink, NodeTimer::WriteTimeout),
+        }
+    }
+
+    /// Arms the write timeout for the oldest unaccepted frame, queued at `enqueued_at`, if the
+    /// connection is ready (else stops it).
+    fn arm_write_timer_from(&mut self, sink: &mut Sink<'_>, enqueued_at: crate::Instant) {
         let write_timeout = sink.config.write_timeout;
         let ready_at = self.conn.and_then(|c| c.ready_at);
-        let due = match (ready_at, self.outbound.front_live()) {
-            (Some(ready_at), Some(front)) if !write_timeout.is_zero() => {
-                Some(front.enqueued_at.max(ready_at).expiry_after(write_timeout))
+        let due = match ready_at {
+            Some(ready_at) if !write_timeout.is_zero() => {
+                Some(enqueued_at.max(ready_at).expiry_after(write_timeout))
             }
             _ => None,
         };
