@@ -231,8 +231,14 @@ impl<K: HeapKey> KeyedHeap<K> {
 
     /// Adds `entry` (whose slot has a cell) to the heap.
     fn push(&mut self, entry: (Instant, K)) {
+        let i = self.entries.len();
         self.entries.push(entry);
-        self.sift_up(self.entries.len() - 1);
+        // Most often it stays at the end (the first entry, or one no earlier than its parent).
+        if i == 0 || self.entries[(i - 1) / ARITY] <= entry {
+            self.at[entry.1.cell()] = i as u64;
+        } else {
+            self.sift_up(i);
+        }
     }
 
     /// Puts `entry` (already in the heap) at `i` and records its position.
