@@ -37,7 +37,7 @@ impl Node {
         let setup = sink
             .config
             .setup_backoff()
-            .delay(self.setup_failures, sink.rng.next_unit());
+            .delay(self.setup_failures, sink.pool.rng.next_unit());
         let reconnect = self.conn_generation > 0;
         self.conn_generation = self.conn_generation.wrapping_add(1);
         self.conn = Some(Conn {
@@ -52,12 +52,12 @@ impl Node {
         self.want_connection = false;
         self.last_attempt = Some(now);
         self.disarm(sink, NodeTimer::Reconnect);
-        sink.counters.connects += 1;
+        sink.pool.counters.connects += 1;
         if reconnect {
-            sink.counters.reconnects += 1;
+            sink.pool.counters.reconnects += 1;
         }
         self.arm(sink, NodeTimer::Setup, now.expiry_after(setup));
-        sink.actions.push_back(Action::Open {
+        sink.pool.actions.push_back(Action::Open {
             conn: self.conn_handle(self.conn_generation),
             endpoint: self.endpoint.clone(),
             options: sink.config.socket,
@@ -82,7 +82,7 @@ impl Node {
         let handshake = sink.config.handshake;
         if handshake {
             if let Some(conn) = self.conn_id() {
-                sink.actions.push_back(Action::Handshake { conn });
+                sink.pool.actions.push_back(Action::Handshake { conn });
             }
             self.apply(sink, Input::Connected { handshake });
         } else {
@@ -111,7 +111,7 @@ impl Node {
         self.disconnects = 0;
         self.failed_attempts = 0;
         self.disarm(sink, NodeTimer::Setup);
-        sink.counters.ready += 1;
+        sink.pool.counters.ready += 1;
         if probe {
             self.readmit(sink, Readmission::Probe);
         }
@@ -122,14 +122,14 @@ impl Node {
 
     pub(super) fn setup_timed_out(&mut self, sink: &mut Sink<'_>) {
         if self.conn.is_some() && self.state.is_connecting() {
-            sink.counters.setup_timeouts += 1;
+            sink.pool.counters.setup_timeouts += 1;
             self.close(sink, CloseReason::SetupTimeout, true);
         }
     }
 
     pub(super) fn idle_expired(&mut self, sink: &mut Sink<'_>) {
         if self.is_ready() && self.requests == 0 {
-            sink.counters.idle_closes += 1;
+            sink.pool.counters.idle_closes += 1;
             self.close(sink, CloseReason::Idle, true);
         }
     }
@@ -173,7 +173,7 @@ impl Node {
     /// Whether every request the node holds has ended (a request that timed out in flight may
     /// still hold its slot for a late response; a drain does not wait for that).
     fn drained(&self, sink: &Sink<'_>) -> bool {
-        let ended = |id: &RequestId| sink.requests.get(*id).is_none_or(|r| r.ended);
+        let ended = |id: &RequestId| sink.pool.requests.get(*id).is_none_or(|r| r.ended);
         self.outbound.live_ids().all(|id| ended(&id)) && self.awaiting.iter().all(ended)
     }
 
@@ -210,11 +210,11 @@ impl Node {
         self.want_connection = false;
         if let (Some(c), true) = (conn, tell_adapter) {
             let conn = self.conn_handle(c.generation);
-            sink.actions.push_back(Action::Close { conn, reason });
+            sink.pool.actions.push_back(Action::Close { conn, reason });
         }
         self.fail_all(sink, reason);
 
-        let draw = sink.rng.next_unit();
+        let draw = sink.pool.rng.next_unit();
         if conn.is_some() {
             if prev == NodeState::Connecting {
                 self.setup_failures = self.setup_failures.saturating_add(1);
@@ -306,16 +306,16 @@ impl Node {
             && !sink.shut_down
             && !reason.is_final()
             && !matches!(reason, CloseReason::NodeRemoved | CloseReason::Shutdown);
-        sink.total_pending.release(self.outbound.pending());
+        sink.pool.total_pending.release(self.outbound.pending());
         let frames: Vec<Frame> = self.outbound.drain().collect();
         for frame in frames {
             let id = frame.id;
-            let Some(r) = sink.requests.get(id).filter(|r| r.node == self.id) else {
+            let Some(r) = sink.pool.requests.get(id).filter(|r| r.node == self.id) else {
                 continue;
             };
             if retry && frame.untouched() && !r.retried && !r.ended {
                 self.requests -= 1;
-                sink.retry.push(Retry {
+                sink.pool.retry.push(Retry {
                     id,
                     frame: frame.bytes,
                     cost: frame.cost,
@@ -327,7 +327,12 @@ impl Node {
             self.free_request(sink, id);
         }
         for id in core::mem::take(&mut self.awaiting) {
-            if sink.requests.get(id).is_some_and(|r| r.node == self.id) {
+            if sink
+                .pool
+                .requests
+                .get(id)
+                .is_some_and(|r| r.node == self.id)
+            {
                 sink.end_request(id, outcome.clone(), Sent::Fully);
                 self.free_request(sink, id);
             }
@@ -346,9 +351,9 @@ impl Node {
         Self::forget_heartbeat(sink, self.conn.take());
         self.want_connection = false;
         self.stop_connection_timers(sink);
-        sink.counters.evictions += 1;
-        sink.events.push_back(Event::Evicted { conn, reason });
-        sink.actions.push_back(Action::Close {
+        sink.pool.counters.evictions += 1;
+        sink.pool.events.push_back(Event::Evicted { conn, reason });
+        sink.pool.actions.push_back(Action::Close {
             conn,
             reason: CloseReason::Evicted(reason),
         });
@@ -358,28 +363,35 @@ impl Node {
             .into_iter()
             .map(|id| (id, Sent::Fully))
             .collect();
-        let requests = &*sink.requests;
+        let requests = &sink.pool.requests;
         self.outbound.keep_for_retry(
             |f| requests.get(f.id).is_some_and(|r| !r.retried && !r.ended),
             |f| gone.push((f.id, f.sent())),
             sink.config.low_watermark,
         );
-        sink.total_pending.release(before - self.outbound.pending());
+        sink.pool
+            .total_pending
+            .release(before - self.outbound.pending());
         self.compact_outbound(sink);
         for (id, sent) in gone {
-            if sink.requests.get(id).is_some_and(|r| r.node == self.id) {
+            if sink
+                .pool
+                .requests
+                .get(id)
+                .is_some_and(|r| r.node == self.id)
+            {
                 sink.end_request(id, Outcome::Evicted(reason), sent);
                 self.free_request(sink, id);
             }
         }
         let mut kept = 0;
         for id in self.outbound.live_ids() {
-            if let Some(r) = sink.requests.get_mut(id) {
+            if let Some(r) = sink.pool.requests.get_mut(id) {
                 r.retried = true;
                 kept += 1;
             }
         }
-        sink.counters.eviction_retries += kept;
+        sink.pool.counters.eviction_retries += kept;
         let at = sink.now;
         self.apply(sink, Input::Evicted { reason, at });
         let admitted = sink.panic || self.admission.quarantine.is_none();

@@ -22,8 +22,8 @@ impl Node {
             probes_failed: 0,
             exhausted: false,
         });
-        sink.counters.quarantines += 1;
-        sink.events.push_back(Event::Quarantined {
+        sink.pool.counters.quarantines += 1;
+        sink.pool.events.push_back(Event::Quarantined {
             node: self.id,
             cause,
             at: sink.now,
@@ -65,7 +65,7 @@ impl Node {
             // A final failure's backoff holds probes off too: they would meet the same refusal.
             self.arm(sink, NodeTimer::Probe, last.until);
         } else if self.conn.is_none() {
-            sink.counters.probes += 1;
+            sink.pool.counters.probes += 1;
             self.open(sink, true);
         } else {
             // In panic mode the node may already have an ordinary connection: its requests
@@ -90,8 +90,8 @@ impl Node {
         self.failures = 0;
         self.timeouts = 0;
         self.disarm(sink, NodeTimer::Probe);
-        sink.counters.readmissions += 1;
-        sink.events.push_back(Event::Readmitted {
+        sink.pool.counters.readmissions += 1;
+        sink.pool.events.push_back(Event::Readmitted {
             node: self.id,
             via,
             at: sink.now,

@@ -46,7 +46,7 @@ impl Node {
             return;
         };
         if conn.heartbeat.is_some() {
-            sink.counters.heartbeat_timeouts += 1;
+            sink.pool.counters.heartbeat_timeouts += 1;
             self.close(sink, CloseReason::HeartbeatTimeout, true);
             return;
         }
@@ -54,7 +54,7 @@ impl Node {
             return;
         }
         let deadline = sink.now + heartbeat.timeout;
-        let id = sink.requests.insert(Request {
+        let id = sink.pool.requests.insert(Request {
             node: self.id,
             deadline,
             stage: Stage::Reserved,
@@ -66,7 +66,7 @@ impl Node {
         if let Some(c) = self.conn.as_mut() {
             c.heartbeat = Some(id);
         }
-        sink.counters.heartbeats_sent += 1;
+        sink.pool.counters.heartbeats_sent += 1;
         // Missed once more than `timeout` has passed, as a request's deadline is.
         self.arm(
             sink,
@@ -74,7 +74,7 @@ impl Node {
             deadline.expiry_after(Duration::ZERO),
         );
         let conn = self.conn_handle(conn.generation);
-        sink.actions.push_back(Action::Heartbeat { conn, id });
+        sink.pool.actions.push_back(Action::Heartbeat { conn, id });
     }
 
     /// The adapter handed over the ping frame of heartbeat `id` (the pool checked that it is
@@ -88,7 +88,7 @@ impl Node {
         if self.conn.and_then(|c| c.heartbeat) != Some(id) {
             return Err(HandleError::UnknownRequest);
         }
-        if sink.requests.get(id).map(|r| r.stage) != Some(Stage::Reserved) {
+        if sink.pool.requests.get(id).map(|r| r.stage) != Some(Stage::Reserved) {
             return Err(HandleError::WrongState);
         }
         let cost = (frame.len() as u64).saturating_add(sink.config.per_frame_overhead);
@@ -99,7 +99,7 @@ impl Node {
     /// The ping's response arrived: consumed, and the connection's idle clock restarts. An
     /// answer proves the connection works, so the consecutive connection failures reset.
     pub(super) fn heartbeat_answered(&mut self, sink: &mut Sink<'_>, id: RequestId) {
-        sink.requests.remove(id);
+        sink.pool.requests.remove(id);
         if let Some(c) = self.conn.as_mut().filter(|c| c.heartbeat == Some(id)) {
             c.heartbeat = None;
             self.disarm(sink, NodeTimer::Heartbeat);
@@ -116,7 +116,7 @@ impl Node {
             return;
         };
         self.disarm(sink, NodeTimer::Heartbeat);
-        let Some(stage) = sink.requests.get(id).map(|r| r.stage) else {
+        let Some(stage) = sink.pool.requests.get(id).map(|r| r.stage) else {
             return;
         };
         match stage {
@@ -124,13 +124,13 @@ impl Node {
                 if let Stage::Queued { seq } = stage {
                     self.drop_unsent(sink, id, seq);
                 }
-                sink.requests.remove(id);
+                sink.pool.requests.remove(id);
                 if let Some(c) = self.conn.as_mut() {
                     c.heartbeat = None;
                 }
             }
             Stage::Writing { .. } | Stage::Sent { .. } => {
-                if let Some(r) = sink.requests.get_mut(id) {
+                if let Some(r) = sink.pool.requests.get_mut(id) {
                     r.ended = true;
                 }
             }
@@ -141,7 +141,7 @@ impl Node {
     /// frame, if queued, goes with the connection's other frames).
     pub(super) fn forget_heartbeat(sink: &mut Sink<'_>, conn: Option<Conn>) {
         if let Some(id) = conn.and_then(|c| c.heartbeat) {
-            sink.requests.remove(id);
+            sink.pool.requests.remove(id);
         }
     }
 }

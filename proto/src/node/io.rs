@@ -15,7 +15,7 @@ use crate::timers::NodeTimer;
 impl Sink<'_> {
     /// Emits the request's one and only [`Event::RequestDone`].
     pub(crate) fn end_request(&mut self, id: RequestId, outcome: Outcome, sent: Sent) {
-        let Some(r) = self.requests.get_mut(id) else {
+        let Some(r) = self.pool.requests.get_mut(id) else {
             return;
         };
         if r.ended {
@@ -28,8 +28,8 @@ impl Sink<'_> {
 
     /// The event of `r` (request `id`), which ends now: its deadline stops.
     fn request_done(&mut self, id: RequestId, r: &Request, outcome: Outcome, sent: Sent) {
-        self.timers.cancel_request(id);
-        self.events.push_back(Event::RequestDone {
+        self.pool.timers.cancel_request(id);
+        self.pool.events.push_back(Event::RequestDone {
             id,
             node: r.node,
             outcome,
@@ -40,7 +40,7 @@ impl Sink<'_> {
 
     fn writability(&mut self, node: crate::NodeId, flip: Option<Flip>, pending: u64) {
         if let Some(flip) = flip {
-            self.events.push_back(Event::Writability {
+            self.pool.events.push_back(Event::Writability {
                 node,
                 writable: flip == Flip::BecameWritable,
                 pending,
@@ -64,8 +64,8 @@ impl Node {
         cost: u64,
         pinned: bool,
     ) -> RequestId {
-        let id = sink.requests.next_id();
-        let inserted = sink.requests.insert(Request {
+        let id = sink.pool.requests.next_id();
+        let inserted = sink.pool.requests.insert(Request {
             node: self.id,
             deadline,
             stage: Stage::Queued {
@@ -77,9 +77,9 @@ impl Node {
             ended: false,
         });
         debug_assert_eq!(inserted, id);
-        sink.counters.submitted += 1;
+        sink.pool.counters.submitted += 1;
         let at = deadline.expiry_after(core::time::Duration::ZERO);
-        sink.timers.schedule_request(at, id);
+        sink.pool.timers.schedule_request(at, id);
         self.queue_frame(sink, id, frame, cost, true);
         id
     }
@@ -87,12 +87,12 @@ impl Node {
     /// Takes over a live request whose first connection (of this node or another) failed
     /// with not one byte sent: a transparent retry.
     pub(crate) fn requeue(&mut self, sink: &mut Sink<'_>, id: RequestId, frame: Bytes, cost: u64) {
-        if let Some(r) = sink.requests.get_mut(id) {
+        if let Some(r) = sink.pool.requests.get_mut(id) {
             debug_assert!(!r.retried, "{id:?} retried twice");
             r.node = self.id;
             r.retried = true;
         }
-        sink.counters.transparent_retries += 1;
+        sink.pool.counters.transparent_retries += 1;
         self.queue(sink, id, frame, cost);
     }
 
@@ -100,7 +100,7 @@ impl Node {
     /// other but not counted among the node's requests.
     pub(super) fn queue(&mut self, sink: &mut Sink<'_>, id: RequestId, frame: Bytes, cost: u64) {
         let seq = self.outbound.next_seq();
-        let counted = match sink.requests.get_mut(id) {
+        let counted = match sink.pool.requests.get_mut(id) {
             Some(r) => {
                 r.stage = Stage::Queued { seq };
                 !r.heartbeat
@@ -137,7 +137,8 @@ impl Node {
             sink.config.high_watermark,
         );
         debug_assert!(
-            sink.requests
+            sink.pool
+                .requests
                 .get(id)
                 .is_none_or(|r| r.stage == Stage::Queued { seq }),
             "{id:?} queued as frame {seq} with another stage"
@@ -145,7 +146,7 @@ impl Node {
         if counted {
             self.requests += 1;
         }
-        sink.total_pending.add(cost);
+        sink.pool.total_pending.add(cost);
         sink.writability(self.id, flip, self.outbound.pending());
         if !behind_a_live_frame {
             // This frame is the oldest live one now (with no live frame the queue holds no
@@ -187,7 +188,7 @@ impl Node {
                 node: self.id,
                 generation: conn.generation,
             };
-            sink.transmit.push_back(handle);
+            sink.pool.transmit.push_back(handle);
         }
     }
 
@@ -210,7 +211,7 @@ impl Node {
         if !core::mem::take(&mut c.scheduled) || !self.outbound.has_unhanded() {
             return false;
         }
-        let requests = &mut *sink.requests;
+        let requests = &mut sink.pool.requests;
         self.outbound.hand_out(max_bytes, out, |id| {
             if let Some(r) = requests.get_mut(id) {
                 if let Stage::Queued { seq } = r.stage {
@@ -242,7 +243,7 @@ impl Node {
         }
         let mut sent = 0usize;
         let mut freed = 0usize;
-        let requests = &mut *sink.requests;
+        let requests = &mut sink.pool.requests;
         let awaiting = &mut self.awaiting;
         let report = self
             .outbound
@@ -274,7 +275,7 @@ impl Node {
         let Ok((released, flip)) = report else {
             return Err(HandleError::Overwritten);
         };
-        sink.total_pending.release(released);
+        sink.pool.total_pending.release(released);
         sink.writability(self.id, flip, self.outbound.pending());
         if sent > 0 {
             self.compact_awaiting(sink);
@@ -301,7 +302,7 @@ impl Node {
     /// Keeps the list of awaited requests from outgrowing the live ones.
     fn compact_awaiting(&mut self, sink: &Sink<'_>) {
         if self.awaiting.len() > 2 * self.requests + 16 {
-            let requests = &*sink.requests;
+            let requests = &sink.pool.requests;
             self.awaiting.retain(|&a| {
                 requests
                     .get(a)
@@ -337,7 +338,7 @@ impl Node {
     }
 
     pub(super) fn write_timed_out(&mut self, sink: &mut Sink<'_>) {
-        sink.counters.write_timeouts += 1;
+        sink.pool.counters.write_timeouts += 1;
         self.close(sink, CloseReason::WriteTimeout, true);
     }
 
@@ -357,6 +358,7 @@ impl Node {
         // handed out has not reached the peer).
         let outbound = &self.outbound;
         let found = sink
+            .pool
             .requests
             .get(id)
             .filter(|r| r.node == self.id)
@@ -367,7 +369,7 @@ impl Node {
             })
             .map(|r| (r.heartbeat, r.stage));
         let Some((heartbeat, stage)) = found else {
-            sink.counters.protocol_violations += 1;
+            sink.pool.counters.protocol_violations += 1;
             let violation = Violation::UnknownRequest(id);
             self.close(sink, CloseReason::Protocol(violation), true);
             return Err(HandleError::UnknownRequest);
@@ -383,13 +385,13 @@ impl Node {
         // Nothing more can arrive for it: its slot goes now, its event (if it has not ended
         // yet) with what the slot said.
         let sent = self.sent(stage);
-        let Some(r) = sink.requests.remove(id) else {
+        let Some(r) = sink.pool.requests.remove(id) else {
             return Ok(());
         };
         if r.ended {
-            sink.counters.late_responses += 1;
+            sink.pool.counters.late_responses += 1;
         } else {
-            sink.counters.responses += 1;
+            sink.pool.counters.responses += 1;
             sink.request_done(id, &r, Outcome::Response(payload), sent);
             self.timeouts = 0;
             self.failures = 0;
@@ -418,7 +420,7 @@ impl Node {
         payload: Bytes,
     ) -> Result<Option<RequestId>, HandleError> {
         let on_conn = |id: RequestId| {
-            sink.requests.get(id).is_some_and(|r| {
+            sink.pool.requests.get(id).is_some_and(|r| {
                 r.stage
                     == Stage::Sent {
                         conn: conn.generation,
@@ -438,12 +440,13 @@ impl Node {
                 .map(|f| f.id),
         };
         let Some(id) = oldest else {
-            sink.counters.protocol_violations += 1;
+            sink.pool.counters.protocol_violations += 1;
             let violation = Violation::UnexpectedResponse;
             self.close(sink, CloseReason::Protocol(violation), true);
             return Err(HandleError::UnknownRequest);
         };
         let live = sink
+            .pool
             .requests
             .get(id)
             .is_some_and(|r| !r.ended && !r.heartbeat);
@@ -473,7 +476,7 @@ impl Node {
             return;
         };
         let elapsed = sink.now - since;
-        sink.counters.protocol_violations += 1;
+        sink.pool.counters.protocol_violations += 1;
         let violation = Violation::TooSlow { elapsed };
         self.close(sink, CloseReason::Protocol(violation), true);
     }
@@ -483,7 +486,7 @@ impl Node {
 
     /// Releases the request's slot (after it ended and nothing more can arrive for it).
     pub(crate) fn free_request(&mut self, sink: &mut Sink<'_>, id: RequestId) {
-        let Some(r) = sink.requests.remove(id) else {
+        let Some(r) = sink.pool.requests.remove(id) else {
             return;
         };
         debug_assert!(r.ended);
@@ -499,7 +502,7 @@ impl Node {
             .filter(|f| f.id == id)
             .map_or(0, |f| f.cost);
         let flip = self.outbound.drop_unsent(seq, sink.config.low_watermark);
-        sink.total_pending.release(cost);
+        sink.pool.total_pending.release(cost);
         self.compact_outbound(sink);
         sink.writability(self.id, flip, self.outbound.pending());
         self.rearm_write_timer(sink);
@@ -511,7 +514,7 @@ impl Node {
         if !self.outbound.needs_compaction() {
             return;
         }
-        let requests = &mut *sink.requests;
+        let requests = &mut sink.pool.requests;
         self.outbound.compact(|id, new_seq| {
             if let Some(r) = requests.get_mut(id) {
                 match &mut r.stage {
@@ -527,7 +530,7 @@ impl Node {
     /// keeps its slot until its frame is written and its late response arrives or the
     /// connection closes.
     pub(crate) fn abandon(&mut self, sink: &mut Sink<'_>, id: RequestId, outcome: Outcome) {
-        let Some(stage) = sink.requests.get(id).map(|r| r.stage) else {
+        let Some(stage) = sink.pool.requests.get(id).map(|r| r.stage) else {
             return;
         };
         sink.end_request(id, outcome, self.sent(stage));
@@ -541,16 +544,16 @@ impl Node {
     /// The request's deadline passed: dropped unsent if still queued, else a request timeout
     /// that counts towards quarantine.
     pub(crate) fn request_deadline(&mut self, sink: &mut Sink<'_>, id: RequestId) {
-        let Some(stage) = sink.requests.get(id).map(|r| r.stage) else {
+        let Some(stage) = sink.pool.requests.get(id).map(|r| r.stage) else {
             return;
         };
         if let Stage::Queued { .. } = stage {
-            sink.counters.queued_deadline_drops += 1;
+            sink.pool.counters.queued_deadline_drops += 1;
             let phase = Phase::Queued;
             self.abandon(sink, id, Outcome::DeadlineExceeded { phase });
             return;
         }
-        sink.counters.request_timeouts += 1;
+        sink.pool.counters.request_timeouts += 1;
         let phase = Phase::InFlight;
         // Only a request the server may have had counts against the node: a frame handed out
         // whose write was never reported may yet turn out never to have left.

@@ -49,18 +49,25 @@ pub(crate) struct Sink<'a> {
     pub(crate) panic: bool,
     /// The admitted and healthy nodes before this input.
     pub(crate) census: Census,
+    /// The pool's queues, tables and counters, lent whole (one pointer to pass, not nine).
+    pub(crate) pool: &'a mut Shared,
+}
+
+/// The parts of the pool every node's machine writes into (through its [`Sink`]).
+#[derive(Debug)]
+pub(crate) struct Shared {
     /// Requests to queue once more elsewhere, routed by the pool after this input.
-    pub(crate) retry: &'a mut Vec<Retry>,
-    pub(crate) rng: &'a mut Rng,
-    pub(crate) timers: &'a mut TimerHeap,
-    pub(crate) actions: &'a mut VecDeque<Action>,
-    pub(crate) events: &'a mut VecDeque<Event>,
+    pub(crate) retry: Vec<Retry>,
+    pub(crate) rng: Rng,
+    pub(crate) timers: TimerHeap,
+    pub(crate) actions: VecDeque<Action>,
+    pub(crate) events: VecDeque<Event>,
     /// Connections that have bytes to hand out (see [`Pool::poll_transmit`](crate::Pool)).
-    pub(crate) transmit: &'a mut VecDeque<ConnId>,
-    pub(crate) requests: &'a mut Requests,
-    pub(crate) counters: &'a mut Counters,
+    pub(crate) transmit: VecDeque<ConnId>,
+    pub(crate) requests: Requests,
+    pub(crate) counters: Counters,
     /// Pending outbound bytes across all nodes.
-    pub(crate) total_pending: &'a mut ByteCount,
+    pub(crate) total_pending: ByteCount,
 }
 
 /// Admitted (enabled, not closed) nodes, and how many of them are healthy (not
@@ -330,7 +337,7 @@ impl Node {
             return;
         }
         self.state = to;
-        sink.events.push_back(Event::StateChanged {
+        sink.pool.events.push_back(Event::StateChanged {
             node: self.id,
             from,
             to,
@@ -395,14 +402,14 @@ impl Node {
             return;
         }
         self.timers.set(timer, at);
-        sink.timers.schedule_node(at, self.id, timer);
+        sink.pool.timers.schedule_node(at, self.id, timer);
     }
 
     /// Stops `timer`, taking its entry out of the pool's heap.
     fn disarm(&mut self, sink: &mut Sink<'_>, timer: NodeTimer) {
         if self.timers.get(timer).is_some() {
             self.timers.stop(timer);
-            sink.timers.cancel_node(self.id, timer);
+            sink.pool.timers.cancel_node(self.id, timer);
         }
     }
 

@@ -15,7 +15,7 @@ use crate::event::{
     Outcome, Readmission, SubmitError, Violation,
 };
 use crate::ids::{ConnId, NodeId, RequestId};
-use crate::node::{Census, Node, Retry};
+use crate::node::{Census, Node, Shared};
 use crate::outbound::ByteCount;
 use crate::requests::Requests;
 use crate::rng::Rng;
@@ -121,25 +121,18 @@ pub enum Target {
 pub struct Pool {
     config: Config,
     clock: Clock,
-    rng: Rng,
     nodes: Vec<NodeSlot>,
     free_nodes: Vec<u32>,
-    requests: Requests,
-    timers: TimerHeap,
-    actions: VecDeque<Action>,
-    events: VecDeque<Event>,
-    /// Connections with bytes to hand out, oldest first (entries for connections that closed
-    /// meanwhile are skipped).
-    transmit: VecDeque<ConnId>,
-    counters: Counters,
-    /// Pending outbound bytes across all nodes (for the memory budget).
-    total_pending: ByteCount,
+    /// What the nodes' machines write into: the RNG, the request table, the timers, the
+    /// action, event and transmit queues (connections with bytes to hand out, oldest first;
+    /// entries for connections that closed meanwhile are skipped), the counters, the pending
+    /// bytes across all nodes (for the memory budget) and the transparent retries a node
+    /// handed back, routed before the input returns.
+    shared: Shared,
     /// Admitted and healthy nodes, kept up to date by every input (for the panic threshold).
     census: Census,
     /// In panic mode: quarantine is ignored.
     panic: bool,
-    /// Transparent retries a node handed back, routed before the input returns.
-    retry: Vec<Retry>,
     /// Where each node stands for selection, kept up to date by every input.
     index: SelectIndex,
     shut_down: bool,
@@ -156,21 +149,23 @@ impl Pool {
     pub fn new(config: Config, now: Instant) -> Result<Self, ConfigError> {
         config.validate()?;
         Ok(Self {
-            rng: Rng::new(config.seed.unwrap_or(Config::FALLBACK_SEED)),
+            shared: Shared {
+                retry: Vec::new(),
+                rng: Rng::new(config.seed.unwrap_or(Config::FALLBACK_SEED)),
+                timers: TimerHeap::default(),
+                actions: VecDeque::new(),
+                events: VecDeque::new(),
+                transmit: VecDeque::new(),
+                requests: Requests::default(),
+                counters: Counters::default(),
+                total_pending: ByteCount::default(),
+            },
             config,
             clock: Clock::new(now),
             nodes: Vec::new(),
             free_nodes: Vec::new(),
-            requests: Requests::default(),
-            timers: TimerHeap::default(),
-            actions: VecDeque::new(),
-            events: VecDeque::new(),
-            transmit: VecDeque::new(),
-            counters: Counters::default(),
-            total_pending: ByteCount::default(),
             census: Census::default(),
             panic: false,
-            retry: Vec::new(),
             index: SelectIndex::default(),
             shut_down: false,
         })
@@ -306,7 +301,7 @@ impl Pool {
     /// in the frame as its correlation id (when no other input comes between: a heartbeat
     /// reserves an id too).
     pub fn next_request_id(&self) -> RequestId {
-        self.requests.next_id()
+        self.shared.requests.next_id()
     }
 
     /// Queues `frame` as a request to `target`, to be answered by `deadline`.
@@ -349,6 +344,7 @@ impl Pool {
         frame: Bytes,
     ) -> Result<(), HandleError> {
         let node = self
+            .shared
             .requests
             .get(id)
             .filter(|r| r.heartbeat)
@@ -363,6 +359,7 @@ impl Pool {
     /// now, and its late response is ignored. Ends with [`Outcome::Cancelled`].
     pub fn cancel(&mut self, now: Instant, id: RequestId) -> Result<(), HandleError> {
         let node = self
+            .shared
             .requests
             .get(id)
             .filter(|r| !r.ended && !r.heartbeat)
@@ -604,7 +601,7 @@ impl Pool {
             conn,
             |_| true,
             |n, sink| {
-                sink.counters.protocol_violations += 1;
+                sink.pool.counters.protocol_violations += 1;
                 n.close(sink, CloseReason::Protocol(violation), true);
                 Ok(())
             },
@@ -619,18 +616,18 @@ impl Pool {
     /// gives the same events.
     pub fn handle_timeout(&mut self, now: Instant) {
         let now = self.clock.advance(now);
-        while let Some((at, key)) = self.timers.peek() {
+        while let Some((at, key)) = self.shared.timers.peek() {
             if at > now {
                 break;
             }
-            self.timers.pop();
+            self.shared.timers.pop();
             debug_assert!(
                 self.timer_valid(at, key),
                 "stale timer entry {key:?} at {at:?}"
             );
             let node = match key {
                 TimerKey::Node(node, _) => node,
-                TimerKey::Request(id) => match self.requests.get(id) {
+                TimerKey::Request(id) => match self.shared.requests.get(id) {
                     Some(r) => r.node,
                     None => continue,
                 },
@@ -649,7 +646,7 @@ impl Pool {
     #[must_use]
     #[inline]
     pub fn poll_action(&mut self) -> Option<Action> {
-        self.actions.pop_front()
+        self.shared.actions.pop_front()
     }
 
     /// The next connection with bytes to write, oldest first, with `out` (cleared first)
@@ -664,7 +661,7 @@ impl Pool {
     #[must_use]
     pub fn poll_transmit(&mut self, max_bytes: usize, out: &mut Vec<Bytes>) -> Option<ConnId> {
         out.clear();
-        while let Some(conn) = self.transmit.pop_front() {
+        while let Some(conn) = self.shared.transmit.pop_front() {
             let now = self.clock.advance(Instant::ZERO);
             let handed = self.with_node(now, conn.node, |n, sink| {
                 n.hand_out(sink, conn, max_bytes, out)
@@ -682,21 +679,21 @@ impl Pool {
     #[must_use]
     #[inline]
     pub fn has_transmit(&self) -> bool {
-        !self.transmit.is_empty()
+        !self.shared.transmit.is_empty()
     }
 
     /// The next event for the application.
     #[must_use]
     #[inline]
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        self.shared.events.pop_front()
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must next be called; `None` when nothing
     /// is scheduled. Pure: calling it changes nothing.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.peek().map(|(at, _)| at)
+        self.shared.timers.peek().map(|(at, _)| at)
     }
 
     // ---------------------------------------------------------------------------------------
@@ -767,7 +764,7 @@ impl Pool {
     /// same way until its response is consumed or its connection closes.
     #[inline]
     pub fn holds(&self, id: RequestId) -> bool {
-        self.requests.get(id).is_some()
+        self.shared.requests.get(id).is_some()
     }
 
     /// Whether the pool is in panic mode: too few admitted nodes are healthy, so quarantine
@@ -778,11 +775,11 @@ impl Pool {
 
     /// Pending outbound bytes across all nodes.
     pub fn total_pending_bytes(&self) -> u64 {
-        self.total_pending.get()
+        self.shared.total_pending.get()
     }
 
     /// A snapshot of the counters.
     pub fn counters(&self) -> Counters {
-        self.counters
+        self.shared.counters
     }
 }

@@ -22,7 +22,7 @@ impl Pool {
 
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn requests(&self) -> &crate::requests::Requests {
-        &self.requests
+        &self.shared.requests
     }
 
     #[cfg(any(test, feature = "fuzzing"))]
@@ -38,13 +38,13 @@ impl Pool {
     /// The timer heap, to break it in tests of the consistency checks.
     #[cfg(test)]
     pub(crate) fn timer_heap_mut(&mut self) -> &mut crate::timers::TimerHeap {
-        &mut self.timers
+        &mut self.shared.timers
     }
 
     /// The timer heap (for the consistency checks).
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn timer_heap(&self) -> &crate::timers::TimerHeap {
-        &self.timers
+        &self.shared.timers
     }
 
     /// Slots in the node table (live or free), for selection's offset.
@@ -79,7 +79,7 @@ impl Pool {
 
     /// A uniform draw in `0..n` from the pool's seeded PRNG.
     pub(crate) fn draw_below(&mut self, n: usize) -> usize {
-        self.rng.below(n)
+        self.shared.rng.below(n)
     }
 
     pub(crate) fn live_nodes(&self) -> impl Iterator<Item = &Node> + '_ {
@@ -97,7 +97,7 @@ impl Pool {
     ) -> Result<R, HandleError> {
         let census = self.census;
         let (result, mut census_changed) = self.run_node(now, id, f)?;
-        if !self.retry.is_empty() {
+        if !self.shared.retry.is_empty() {
             self.route_retries(now);
             // The retries may have moved it too (or moved it back).
             census_changed = self.census != census;
@@ -129,15 +129,7 @@ impl Pool {
             shut_down: self.shut_down,
             panic: self.panic,
             census: self.census,
-            retry: &mut self.retry,
-            rng: &mut self.rng,
-            timers: &mut self.timers,
-            actions: &mut self.actions,
-            events: &mut self.events,
-            transmit: &mut self.transmit,
-            requests: &mut self.requests,
-            counters: &mut self.counters,
-            total_pending: &mut self.total_pending,
+            pool: &mut self.shared,
         };
         let result = f(node, &mut sink);
         let after = node.census();
@@ -154,8 +146,8 @@ impl Pool {
     /// node, else where selection says, within its deadline; ends it with its first outcome
     /// when nothing can take it.
     pub(super) fn route_retries(&mut self, now: Instant) {
-        while let Some(retry) = self.retry.pop() {
-            let Some(r) = self.requests.get(retry.id) else {
+        while let Some(retry) = self.shared.retry.pop() {
+            let Some(r) = self.shared.requests.get(retry.id) else {
                 continue;
             };
             let (pinned, node, deadline) = (r.pinned, r.node, r.deadline);
@@ -183,10 +175,10 @@ impl Pool {
                     let _ = self.run_node(now, t, |n, sink| n.requeue(sink, id, frame, cost));
                 }
                 _ => {
-                    self.timers.cancel(TimerKey::Request(retry.id));
-                    let r = self.requests.remove(retry.id);
+                    self.shared.timers.cancel(TimerKey::Request(retry.id));
+                    let r = self.shared.requests.remove(retry.id);
                     if let Some(r) = r {
-                        self.events.push_back(Event::RequestDone {
+                        self.shared.events.push_back(Event::RequestDone {
                             id: retry.id,
                             node: r.node,
                             outcome: retry.outcome,
@@ -209,9 +201,9 @@ impl Pool {
         }
         self.panic = panic;
         if panic {
-            self.counters.panics += 1;
+            self.shared.counters.panics += 1;
         }
-        self.events.push_back(Event::PanicMode {
+        self.shared.events.push_back(Event::PanicMode {
             entered: panic,
             healthy: self.census.healthy,
             admitted: self.census.admitted,
@@ -314,9 +306,9 @@ impl Pool {
             Ok(()) => Ok((node, cost)),
             Err(e) => {
                 let counter = match e {
-                    SubmitError::NotWritable => &mut self.counters.unwritable_rejections,
-                    SubmitError::InFlightLimit => &mut self.counters.in_flight_rejections,
-                    _ => &mut self.counters.memory_budget_rejections,
+                    SubmitError::NotWritable => &mut self.shared.counters.unwritable_rejections,
+                    SubmitError::InFlightLimit => &mut self.shared.counters.in_flight_rejections,
+                    _ => &mut self.shared.counters.memory_budget_rejections,
                 };
                 *counter += 1;
                 Err(e)
@@ -345,7 +337,7 @@ impl Pool {
         if n.requests() >= self.config.max_in_flight as usize {
             return Err(SubmitError::InFlightLimit);
         }
-        let overflows = cost == u64::MAX || !self.total_pending.fits(cost);
+        let overflows = cost == u64::MAX || !self.shared.total_pending.fits(cost);
         if overflows || self.over_budget(n, cost) {
             return Err(SubmitError::MemoryBudget);
         }
@@ -360,7 +352,7 @@ impl Pool {
         let Some(budget) = self.config.memory_budget else {
             return false;
         };
-        if self.total_pending.get().saturating_add(cost) <= budget {
+        if self.shared.total_pending.get().saturating_add(cost) <= budget {
             return false;
         }
         let holders = self
@@ -378,6 +370,7 @@ impl Pool {
         match key {
             TimerKey::Node(node, timer) => self.node(node).is_ok_and(|n| n.timer_armed(timer, at)),
             TimerKey::Request(id) => self
+                .shared
                 .requests
                 .get(id)
                 .is_some_and(|r| !r.ended && r.deadline.expiry_after(Duration::ZERO) == at),
