@@ -103,10 +103,11 @@ pub(crate) enum TimerKey {
 /// armed timers, not through every pending request's deadline.
 ///
 /// The index knows where each key's entry is (one position per node timer slot and per request
-/// slot), so it holds at most one entry per slot: [`schedule`](Self::schedule) moves an
-/// existing entry (a re-armed timer, or a slot reused by a newer generation) instead of adding
-/// another, and [`cancel`](Self::cancel) takes a stopped timer or an ended request out at
-/// once. Its size is the number of armed timers and live deadlines, whatever the traffic.
+/// slot), so it holds at most one entry per slot: [`schedule_node`](Self::schedule_node) and
+/// [`schedule_request`](Self::schedule_request) move an existing entry (a re-armed timer, or a
+/// slot reused by a newer generation) instead of adding another, and [`cancel`](Self::cancel)
+/// takes a stopped timer or an ended request out at once. Its size is the number of armed
+/// timers and live deadlines, whatever the traffic.
 ///
 /// **The lane.** A client that gives its requests one timeout submits deadlines in rising
 /// order and mostly ends them oldest first. A request deadline no earlier than the lane's last
