@@ -324,8 +324,8 @@ async fn a_slow_query_past_its_deadline_keeps_its_place(runtime: Arc<dyn Runtime
 
 /// `pg_terminate_backend` ends a session on the server: the query in flight on it ends at once
 /// with "connection lost", the next query gets a fresh session, and a session killed while
-/// idle is noticed at once (the client reads every open connection), so the query after it
-/// needs no failure first.
+/// idle is noticed at once (its read waker stays registered, so the server's goodbye and the
+/// close wake the client to read them), so the query after it needs no failure first.
 async fn a_terminated_session_ends_its_query_and_the_next_reconnects(runtime: Arc<dyn Runtime>) {
     let server = server();
     let name = runtime_name(&*runtime);
