@@ -662,11 +662,7 @@ impl Pool {
     pub fn poll_transmit(&mut self, max_bytes: usize, out: &mut Vec<Bytes>) -> Option<ConnId> {
         out.clear();
         while let Some(conn) = self.shared.transmit.pop_front() {
-            let now = self.clock.advance(Instant::ZERO);
-            let handed = self.with_node(now, conn.node, |n, sink| {
-                n.hand_out(sink, conn, max_bytes, out)
-            });
-            if handed == Ok(true) {
+            if self.hand_out(conn, max_bytes, out) {
                 return Some(conn);
             }
         }

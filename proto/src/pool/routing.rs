@@ -142,6 +142,51 @@ impl Pool {
         Ok((result, census_changed))
     }
 
+    /// Hands out the queued frames of `conn` (see [`Node::hand_out`]): whether it had any.
+    /// Unlike [`Pool::with_node`], it leaves the census, panic mode and the selection index
+    /// alone: a hand-out changes nothing they read (the node's state, admission, requests and
+    /// writability) and hands back no retry.
+    pub(super) fn hand_out(
+        &mut self,
+        conn: ConnId,
+        max_bytes: usize,
+        out: &mut alloc::vec::Vec<bytes::Bytes>,
+    ) -> bool {
+        let now = self.clock.advance(Instant::ZERO);
+        let Some(node) = self
+            .nodes
+            .get_mut(conn.node.index())
+            .and_then(|s| s.node.as_mut())
+            .filter(|n| n.id() == conn.node)
+        else {
+            return false;
+        };
+        #[cfg(debug_assertions)]
+        let placement = node.placement(now, self.config.selection);
+        let census = node.census();
+        let mut sink = Sink {
+            now,
+            config: &self.config,
+            shut_down: self.shut_down,
+            panic: self.panic,
+            census: self.census,
+            pool: &mut self.shared,
+        };
+        let handed = node.hand_out(&mut sink, conn, max_bytes, out);
+        debug_assert_eq!(node.census(), census, "a hand-out moved the census");
+        #[cfg(debug_assertions)]
+        debug_assert_eq!(
+            node.placement(now, self.config.selection),
+            placement,
+            "a hand-out moved the node in the selection index"
+        );
+        debug_assert!(
+            self.shared.retry.is_empty(),
+            "a hand-out handed back a retry"
+        );
+        handed
+    }
+
     /// Queues each transparent retry once more: on its own node if it was submitted to that
     /// node, else where selection says, within its deadline; ends it with its first outcome
     /// when nothing can take it.
