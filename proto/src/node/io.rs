@@ -284,9 +284,15 @@ impl Node {
             c.blocked = n < handed;
         }
         self.requests -= freed;
-        self.compact_outbound(sink);
-        self.rearm_write_timer(sink);
-        self.schedule_transmit(sink);
+        if self.outbound.has_live() {
+            self.compact_outbound(sink);
+            self.rearm_write_timer(sink);
+            self.schedule_transmit(sink);
+        } else {
+            // Usually every frame was written whole: with no live frame the queue holds no
+            // tombstone either, so nothing is left to compact, time or hand out.
+            self.disarm(sink, NodeTimer::WriteTimeout);
+        }
         self.after_request_change(sink);
         Ok(())
     }
