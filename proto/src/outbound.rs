@@ -225,20 +225,30 @@ impl Outbound {
         self.handed = None;
         let mut left = n;
         let mut released = 0;
-        while let Some(frame) = self.front_live().filter(|f| f.handed_out) {
-            let take = left.min(frame.bytes.len() - frame.written);
-            frame.written += take;
-            left -= take;
-            if frame.written < frame.bytes.len() {
+        // The handed-out frames are the live ones at the front: complete them in order (and
+        // discard the tombstones among them) until the bytes run out.
+        while let Some(frame) = self.frames.front_mut() {
+            if frame.dropped {
+                self.frames.pop_front();
+                self.front_seq += 1;
+                continue;
+            }
+            if !frame.handed_out {
                 break;
             }
-            let Some(frame) = self.frames.pop_front() else {
+            let rest = frame.bytes.len() - frame.written;
+            if left < rest {
+                frame.written += left;
+                left = 0;
                 break;
-            };
+            }
+            left -= rest;
+            let (id, cost) = (frame.id, frame.cost);
+            self.frames.pop_front();
             self.front_seq += 1;
-            released += frame.cost;
-            self.release(frame.cost);
-            settle(frame.id, true);
+            released += cost;
+            self.release(cost);
+            settle(id, true);
         }
         debug_assert_eq!(left, 0, "reported bytes beyond the frames handed out");
         // Usually every frame handed out was written whole and the queue is empty now.
