@@ -324,7 +324,7 @@ impl Pool {
         let (node, cost) = self.admit(now, target, deadline, frame.len())?;
         let pinned = matches!(target, Target::Node(_));
         let id = self
-            .command(now, node, |n, sink| {
+            .enqueue(now, node, |n, sink| {
                 n.enqueue(sink, deadline, frame, cost, pinned)
             })
             .map_err(|_| SubmitError::StaleHandle)?;

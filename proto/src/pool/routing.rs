@@ -142,6 +142,41 @@ impl Pool {
         Ok((result, census_changed))
     }
 
+    /// Runs a submit's enqueue `f` on the node's machine (time already moved on to `now`),
+    /// like [`Pool::with_node`] but without comparing the census before and after: a node
+    /// that passed [`Pool::admit`] stays admitted and healthy while it queues a frame (no close,
+    /// no quarantine, no retry handed back), so panic mode cannot change either.
+    pub(super) fn enqueue<R>(
+        &mut self,
+        now: Instant,
+        id: NodeId,
+        f: impl FnOnce(&mut Node, &mut Sink<'_>) -> R,
+    ) -> Result<R, HandleError> {
+        let node = self
+            .nodes
+            .get_mut(id.index())
+            .and_then(|s| s.node.as_mut())
+            .filter(|n| n.id() == id)
+            .ok_or(HandleError::StaleNode)?;
+        let census = node.census();
+        let mut sink = Sink {
+            now,
+            config: &self.config,
+            shut_down: self.shut_down,
+            panic: self.panic,
+            census: self.census,
+            pool: &mut self.shared,
+        };
+        let result = f(node, &mut sink);
+        debug_assert_eq!(node.census(), census, "an enqueue moved the census");
+        debug_assert!(
+            self.shared.retry.is_empty(),
+            "an enqueue handed back a retry"
+        );
+        self.index.touch(id.index);
+        Ok(result)
+    }
+
     /// Hands out the queued frames of `conn` (see [`Node::hand_out`]): whether it had any.
     /// Unlike [`Pool::with_node`], it leaves the census, panic mode and the selection index
     /// alone: a hand-out changes nothing they read (the node's state, admission, requests and
