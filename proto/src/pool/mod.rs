@@ -324,7 +324,7 @@ impl Pool {
         let (node, cost) = self.admit(now, target, deadline, frame.len())?;
         let pinned = matches!(target, Target::Node(_));
         let id = self
-            .enqueue(now, node, |n, sink| {
+            .with_node_in_census(now, node, |n, sink| {
                 n.enqueue(sink, deadline, frame, cost, pinned)
             })
             .map_err(|_| SubmitError::StaleHandle)?;
@@ -498,9 +498,21 @@ impl Pool {
         conn: ConnId,
         n: usize,
     ) -> Result<(), HandleError> {
-        self.report(now, conn, NodeState::is_established, |node, sink| {
-            node.written(sink, conn, n)
-        })
+        let node = self.node(conn.node).map_err(|_| HandleError::StaleConn)?;
+        if !node.is_current(conn) {
+            return Err(HandleError::StaleConn);
+        }
+        match node.state() {
+            // The usual case: a report on a ready connection leaves the census as it is.
+            NodeState::Ready => {
+                let now = self.clock.advance(now);
+                self.with_node_in_census(now, conn.node, |node, sink| node.written(sink, conn, n))?
+            }
+            NodeState::Closing => {
+                self.command(now, conn.node, |node, sink| node.written(sink, conn, n))?
+            }
+            _ => Err(HandleError::WrongState),
+        }
     }
 
     /// The socket of `conn` can take bytes again after a short write: its queued frames are

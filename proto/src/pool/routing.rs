@@ -142,11 +142,12 @@ impl Pool {
         Ok((result, census_changed))
     }
 
-    /// Runs a submit's enqueue `f` on the node's machine (time already moved on to `now`),
-    /// like [`Pool::with_node`] but without comparing the census before and after: a node
-    /// that passed [`Pool::admit`] stays admitted and healthy while it queues a frame (no close,
-    /// no quarantine, no retry handed back), so panic mode cannot change either.
-    pub(super) fn enqueue<R>(
+    /// Runs `f` on the node's machine (time already moved on to `now`) like
+    /// [`Pool::with_node`], but without comparing the census before and after, for the calls
+    /// that cannot move the node in it or hand back a retry (no close, no quarantine, no
+    /// readmission), so panic mode cannot change either: a submit's enqueue on a node that
+    /// passed [`Pool::admit`], and a write report on a `Ready` connection.
+    pub(super) fn with_node_in_census<R>(
         &mut self,
         now: Instant,
         id: NodeId,
@@ -168,11 +169,8 @@ impl Pool {
             pool: &mut self.shared,
         };
         let result = f(node, &mut sink);
-        debug_assert_eq!(node.census(), census, "an enqueue moved the census");
-        debug_assert!(
-            self.shared.retry.is_empty(),
-            "an enqueue handed back a retry"
-        );
+        debug_assert_eq!(node.census(), census, "the call moved the census");
+        debug_assert!(self.shared.retry.is_empty(), "the call handed back a retry");
         self.index.touch(id.index);
         Ok(result)
     }
