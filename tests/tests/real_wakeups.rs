@@ -132,10 +132,6 @@ impl Runtime for EchoRuntime {
         self.inner.now()
     }
 
-    fn now_in_task(&self) -> Instant {
-        self.inner.now_in_task()
-    }
-
     fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn Timer>> {
         self.inner.new_timer(deadline)
     }

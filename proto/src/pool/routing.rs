@@ -108,6 +108,25 @@ impl Pool {
         Ok(result)
     }
 
+    /// The live node `id`, and a sink that lends it the pool's parts for one call.
+    #[inline]
+    fn node_and_sink(&mut self, now: Instant, id: NodeId) -> Option<(&mut Node, Sink<'_>)> {
+        let node = self
+            .nodes
+            .get_mut(id.index())
+            .and_then(|s| s.node.as_mut())
+            .filter(|n| n.id() == id)?;
+        let sink = Sink {
+            now,
+            config: &self.config,
+            shut_down: self.shut_down,
+            panic: self.panic,
+            census: self.census,
+            pool: &mut self.shared,
+        };
+        Some((node, sink))
+    }
+
     /// Runs `f` on the node's machine with a sink borrowed from the pool and keeps the census
     /// and the selection index up to date: `f`'s result, and whether the census changed.
     pub(super) fn run_node<R>(
@@ -116,21 +135,8 @@ impl Pool {
         id: NodeId,
         f: impl FnOnce(&mut Node, &mut Sink<'_>) -> R,
     ) -> Result<(R, bool), HandleError> {
-        let node = self
-            .nodes
-            .get_mut(id.index())
-            .and_then(|s| s.node.as_mut())
-            .filter(|n| n.id() == id)
-            .ok_or(HandleError::StaleNode)?;
+        let (node, mut sink) = self.node_and_sink(now, id).ok_or(HandleError::StaleNode)?;
         let before = node.census();
-        let mut sink = Sink {
-            now,
-            config: &self.config,
-            shut_down: self.shut_down,
-            panic: self.panic,
-            census: self.census,
-            pool: &mut self.shared,
-        };
         let result = f(node, &mut sink);
         let after = node.census();
         let census_changed = after != before;
@@ -153,21 +159,8 @@ impl Pool {
         id: NodeId,
         f: impl FnOnce(&mut Node, &mut Sink<'_>) -> R,
     ) -> Result<R, HandleError> {
-        let node = self
-            .nodes
-            .get_mut(id.index())
-            .and_then(|s| s.node.as_mut())
-            .filter(|n| n.id() == id)
-            .ok_or(HandleError::StaleNode)?;
+        let (node, mut sink) = self.node_and_sink(now, id).ok_or(HandleError::StaleNode)?;
         let census = node.census();
-        let mut sink = Sink {
-            now,
-            config: &self.config,
-            shut_down: self.shut_down,
-            panic: self.panic,
-            census: self.census,
-            pool: &mut self.shared,
-        };
         let result = f(node, &mut sink);
         debug_assert_eq!(node.census(), census, "the call moved the census");
         debug_assert!(self.shared.retry.is_empty(), "the call handed back a retry");
@@ -186,30 +179,19 @@ impl Pool {
         out: &mut alloc::vec::Vec<bytes::Bytes>,
     ) -> bool {
         let now = self.clock.advance(Instant::ZERO);
-        let Some(node) = self
-            .nodes
-            .get_mut(conn.node.index())
-            .and_then(|s| s.node.as_mut())
-            .filter(|n| n.id() == conn.node)
-        else {
+        #[cfg(debug_assertions)]
+        let selection = self.config.selection;
+        let Some((node, mut sink)) = self.node_and_sink(now, conn.node) else {
             return false;
         };
         #[cfg(debug_assertions)]
-        let placement = node.placement(now, self.config.selection);
+        let placement = node.placement(now, selection);
         let census = node.census();
-        let mut sink = Sink {
-            now,
-            config: &self.config,
-            shut_down: self.shut_down,
-            panic: self.panic,
-            census: self.census,
-            pool: &mut self.shared,
-        };
         let handed = node.hand_out(&mut sink, conn, max_bytes, out);
         debug_assert_eq!(node.census(), census, "a hand-out moved the census");
         #[cfg(debug_assertions)]
         debug_assert_eq!(
-            node.placement(now, self.config.selection),
+            node.placement(now, selection),
             placement,
             "a hand-out moved the node in the selection index"
         );
