@@ -522,9 +522,7 @@ impl Keepwire {
         let target = Target::Node(client.initial_nodes()[0]);
         Self { client, target }
     }
-}
 
-impl Keepwire {
     /// One request to each node but the first, so that each has its connection open.
     async fn open_idle(&self) -> Result<(), keepwire_driver::SendError> {
         for &node in &self.client.initial_nodes()[1..] {
