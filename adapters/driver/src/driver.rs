@@ -156,7 +156,8 @@ pub(crate) struct Driver {
     wakeups: Arc<Wakeups>,
     /// The inbox is asked for commands with this waker, which marks it ([`Wakeups`]).
     inbox_waker: Waker,
-    /// Connections whose decoding paused, to resume in the next round.
+    /// Connections whose decoding paused, to resume in the next round (one left at the end
+    /// of a round is a reason for another: [`Driver::round`]).
     paused: Vec<ConnId>,
     /// Connections being set up (connecting or handshaking), to poll in the next round; a
     /// round visits these and the open connections that woke, never the whole map.
@@ -172,8 +173,6 @@ struct FollowUp {
     commands: bool,
     /// A connect started that nothing has polled yet.
     setup: bool,
-    /// A connection's decoding paused with the round's slice answered.
-    paused: bool,
     /// A write was cut short or interrupted: the next round offers the rest again.
     write: bool,
 }
@@ -185,10 +184,9 @@ impl FollowUp {
         let Self {
             commands,
             setup,
-            paused,
             write,
         } = self;
-        commands || setup || paused || write
+        commands || setup || write
     }
 }
 
@@ -320,7 +318,7 @@ impl Driver {
         self.poll_io(cx);
         again |= self.poll_timer(cx);
         self.settle();
-        again || self.follow_up.any() || self.pool.has_transmit()
+        again || self.follow_up.any() || !self.paused.is_empty() || self.pool.has_transmit()
     }
 
     /// Runs the pool's actions and delivers its events: after every input.

@@ -341,7 +341,6 @@ impl Driver {
             if *slice == 0 && !open.inbound.is_empty() {
                 open.paused = true;
                 self.paused.push(conn);
-                self.follow_up.paused = true;
                 return Decoding::Paused;
             }
             let decoded = match contain(|| open.decoder.decode(&mut open.inbound)) {
