@@ -315,6 +315,13 @@ mod tests {
     }
 
     #[test]
+    fn the_list_takes_about_12_kib() {
+        // A bounded queue's slot is the entry and a stamp: a connection id and a word.
+        let slot = size_of::<(usize, ConnId)>();
+        assert!(LISTED * slot <= 12 * 1024, "{LISTED} slots of {slot} bytes");
+    }
+
+    #[test]
     fn a_full_list_says_so_and_loses_no_mark() {
         let wakeups = Arc::new(Wakeups::default());
         let (conn, _) = conns();
