@@ -1,29 +1,38 @@
-//! A one-shot reply for one call: a slot the caller's end and the driver's end share, behind
-//! a lock held only to move a value, a waker or a request id in or out.
+//! A one-shot reply for one call: a slot the caller's end and the driver's end share, with no
+//! lock. The answer goes through a queue of one (`concurrent-queue`'s single slot), the
+//! caller's waker through an `AtomicWaker`, and who left or bound what through one atomic
+//! byte of flags that each end sets with a single `fetch_or`.
 //!
-//! About half the instructions of tokio's `oneshot`: no cooperative-budget bookkeeping, and
-//! the caller's first poll files its waker with one lock. A send allocates no slot in steady
-//! state: the caller's end gives its slot back to the client's spares once the call is over
-//! and nothing else holds it ([`Spares`]), and the next call takes it from there.
+//! About half the instructions of tokio's `oneshot`: no cooperative-budget bookkeeping. A
+//! send allocates no slot in steady state: the caller's end gives its slot back to the
+//! client's spares once the call is over and nothing else holds it ([`Spares`]), and the next
+//! call takes it from there.
+//!
 //! For a send the slot also carries the request the driver submitted for it
 //! ([`ReplySender::bind`]), so a caller that stops waiting names that request itself
 //! ([`ReplyReceiver::abandon`]) and the driver keeps no map from sends to requests. The two
-//! ends settle who acts under the lock: either the caller leaves after the driver bound the
-//! request and sends back its id, or the driver binds after the caller left and cancels the
-//! request at once.
+//! ends settle who acts by the order of their `fetch_or`s on the flags: either the caller
+//! leaves after the driver bound the request and sends back its id, or the driver binds after
+//! the caller left and cancels the request at once; never both, never neither.
+//!
+//! The slot used to be behind a mutex (four uncontended locks per call). A driver preempted
+//! while holding it on one core stalled the caller polling on the other; now neither end can
+//! wait for the other.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll, Waker};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::task::{Context, Poll};
 
+use atomic_waker::AtomicWaker;
 use concurrent_queue::ConcurrentQueue;
 use keepwire_proto::RequestId;
 
 /// A one-shot reply for one call, in a new slot.
 pub(crate) fn reply<T>() -> (ReplySender<T>, ReplyReceiver<T>) {
-    ends(Arc::new(Mutex::new(Slot::EMPTY)))
+    ends(Arc::new(Slot::new()))
 }
 
 /// The most spare slots a client keeps: more than most keep calls in flight. A burst beyond
@@ -34,7 +43,7 @@ const SPARE_SLOTS: usize = 256;
 /// allocate no reply slot in steady state. Callers on any thread take and return slots
 /// without a lock (a bounded lock-free queue).
 pub(crate) struct Spares<T> {
-    slots: ConcurrentQueue<Arc<Mutex<Slot<T>>>>,
+    slots: ConcurrentQueue<Arc<Slot<T>>>,
 }
 
 impl<T> Spares<T> {
@@ -46,10 +55,7 @@ impl<T> Spares<T> {
 
     /// A one-shot reply for one call, in a spare slot if there is one.
     pub(crate) fn reply(&self) -> (ReplySender<T>, ReplyReceiver<T>) {
-        let slot = self
-            .slots
-            .pop()
-            .unwrap_or_else(|_| Arc::new(Mutex::new(Slot::EMPTY)));
+        let slot = self.slots.pop().unwrap_or_else(|_| Arc::new(Slot::new()));
         ends(slot)
     }
 
@@ -63,12 +69,7 @@ impl<T> Spares<T> {
         let Some(slot) = Arc::get_mut(&mut receiver.slot) else {
             return;
         };
-        // Poisoned only by a panic inside a critical section, which only moves values: the
-        // slot is sound, but it is not worth keeping.
-        let Ok(slot) = slot.get_mut() else {
-            return;
-        };
-        *slot = Slot::EMPTY;
+        slot.empty();
         let _ = self.slots.push(Arc::clone(&receiver.slot));
     }
 }
@@ -81,7 +82,7 @@ impl<T> fmt::Debug for Spares<T> {
     }
 }
 
-fn ends<T>(slot: Arc<Mutex<Slot<T>>>) -> (ReplySender<T>, ReplyReceiver<T>) {
+fn ends<T>(slot: Arc<Slot<T>>) -> (ReplySender<T>, ReplyReceiver<T>) {
     let sender = ReplySender {
         slot: Some(Arc::clone(&slot)),
     };
@@ -98,46 +99,61 @@ pub(crate) fn answer<T>(reply: ReplySender<T>, value: T) {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct NoReply;
 
+/// [`Slot::flags`]: the driver's end answered (the value is, or was, in the slot) or was
+/// dropped.
+const SENDER_GONE: u8 = 1;
+/// [`Slot::flags`]: the caller's end stopped waiting or was dropped.
+const RECEIVER_GONE: u8 = 2;
+/// [`Slot::flags`]: [`Slot::request`] holds the request the driver submitted for the call.
+const BOUND: u8 = 4;
+
 struct Slot<T> {
-    value: Option<T>,
+    /// The answer, pushed once by the driver's end.
+    value: ConcurrentQueue<T>,
     /// The caller's task, to wake when the value arrives or the driver's end goes.
-    waker: Option<Waker>,
-    /// The driver's end answered (the value is, or was, in `value`) or was dropped.
-    sender_gone: bool,
-    /// The caller's end was dropped or stopped waiting.
-    receiver_gone: bool,
-    /// The request the driver submitted for this call, once bound.
-    request: Option<RequestId>,
+    waker: AtomicWaker,
+    /// [`SENDER_GONE`], [`RECEIVER_GONE`] and [`BOUND`], each set once by one `fetch_or`.
+    flags: AtomicU8,
+    /// The request the driver submitted for this call (a [`RequestId`]'s bits), written before
+    /// [`BOUND`] is set.
+    request: AtomicU64,
 }
 
 impl<T> Slot<T> {
-    const EMPTY: Self = Self {
-        value: None,
-        waker: None,
-        sender_gone: false,
-        receiver_gone: false,
-        request: None,
-    };
+    fn new() -> Self {
+        Self {
+            value: ConcurrentQueue::bounded(1),
+            waker: AtomicWaker::new(),
+            flags: AtomicU8::new(0),
+            request: AtomicU64::new(0),
+        }
+    }
+
+    /// Back to new, for the next call: only its last holder may do it.
+    fn empty(&mut self) {
+        while self.value.pop().is_ok() {}
+        drop(self.waker.take());
+        *self.flags.get_mut() = 0;
+    }
+
+    /// Sets `flag`; returns the flags as they were before.
+    fn set(&self, flag: u8) -> u8 {
+        self.flags.fetch_or(flag, Ordering::AcqRel)
+    }
 }
 
 /// The driver's end of a reply.
 pub(crate) struct ReplySender<T> {
     /// `None` once the answer went.
-    slot: Option<Arc<Mutex<Slot<T>>>>,
+    slot: Option<Arc<Slot<T>>>,
 }
 
 /// The caller's end of a reply: a future of the answer, or [`NoReply`] if the driver stopped
 /// without one.
 pub(crate) struct ReplyReceiver<T> {
-    slot: Arc<Mutex<Slot<T>>>,
+    slot: Arc<Slot<T>>,
     /// The future returned its output: there is nothing left to abandon.
     done: bool,
-}
-
-/// Every critical section only moves values, so a panic elsewhere cannot leave a slot half
-/// changed: a poisoned lock is taken as it is.
-fn lock<T>(slot: &Mutex<Slot<T>>) -> MutexGuard<'_, Slot<T>> {
-    slot.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl<T> ReplySender<T> {
@@ -145,7 +161,7 @@ impl<T> ReplySender<T> {
     pub(crate) fn is_closed(&self) -> bool {
         self.slot
             .as_ref()
-            .is_none_or(|slot| lock(slot).receiver_gone)
+            .is_none_or(|slot| slot.flags.load(Ordering::Acquire) & RECEIVER_GONE != 0)
     }
 
     /// Records `request` as the one submitted for this call; `false` if the caller already
@@ -154,50 +170,41 @@ impl<T> ReplySender<T> {
         let Some(slot) = &self.slot else {
             return false;
         };
-        let mut slot = lock(slot);
-        if slot.receiver_gone {
-            return false;
-        }
-        slot.request = Some(request);
-        true
+        slot.request.store(request.as_u64(), Ordering::Relaxed);
+        slot.set(BOUND) & RECEIVER_GONE == 0
     }
 
-    /// Hands `value` to the caller and wakes it; dropped (outside the lock) if the caller
-    /// stopped waiting.
+    /// Hands `value` to the caller and wakes it; dropped if the caller stopped waiting.
     fn send(mut self, value: T) {
         let Some(slot) = self.slot.take() else {
             return;
         };
-        let mut guard = lock(&slot);
-        guard.sender_gone = true;
-        if guard.receiver_gone {
-            drop(guard);
-            drop(value);
-            return;
+        if slot.flags.load(Ordering::Acquire) & RECEIVER_GONE == 0 {
+            // The only push into the slot: it cannot be full. A caller that leaves from now
+            // on leaves the value in the slot, emptied by the slot's next use or its drop.
+            let _ = slot.value.push(value);
         }
-        guard.value = Some(value);
-        let waker = guard.waker.take();
-        drop(guard);
-        // Let go of the slot before the wake, so that the caller, woken, finds itself its
-        // only holder and keeps it for its next call (`Spares::recycle`).
-        drop(slot);
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+        // After the push: a caller that reads the flag finds the value.
+        slot.set(SENDER_GONE);
+        wake_and_let_go(slot);
+    }
+}
+
+/// Takes the caller's waker, lets go of the slot, then wakes the caller: woken, it finds
+/// itself the slot's only holder and keeps it for its next call (`Spares::recycle`).
+fn wake_and_let_go<T>(slot: Arc<Slot<T>>) {
+    let waker = slot.waker.take();
+    drop(slot);
+    if let Some(waker) = waker {
+        waker.wake();
     }
 }
 
 impl<T> Drop for ReplySender<T> {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
-            let mut guard = lock(&slot);
-            guard.sender_gone = true;
-            let waker = guard.waker.take();
-            drop(guard);
-            drop(slot);
-            if let Some(waker) = waker {
-                waker.wake();
-            }
+            slot.set(SENDER_GONE);
+            wake_and_let_go(slot);
         }
     }
 }
@@ -211,12 +218,13 @@ impl<T> ReplyReceiver<T> {
             return None;
         }
         self.done = true;
-        let mut slot = lock(&self.slot);
-        slot.receiver_gone = true;
-        if slot.sender_gone {
+        let before = self.slot.set(RECEIVER_GONE);
+        if before & SENDER_GONE != 0 || before & BOUND == 0 {
             return None;
         }
-        slot.request
+        Some(RequestId::from_u64(
+            self.slot.request.load(Ordering::Relaxed),
+        ))
     }
 }
 
@@ -234,20 +242,21 @@ impl<T> Future for ReplyReceiver<T> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         assert!(!this.done, "a reply polled after it completed");
-        let mut slot = lock(&this.slot);
-        let output = match slot.value.take() {
-            Some(value) => Ok(value),
-            None if slot.sender_gone => Err(NoReply),
-            None => {
-                match &slot.waker {
-                    Some(waker) if waker.will_wake(cx.waker()) => {}
-                    _ => slot.waker = Some(cx.waker().clone()),
+        let slot = &*this.slot;
+        let output = match slot.value.pop() {
+            Ok(value) => Ok(value),
+            Err(_) => {
+                // Registered before the flags are read: an answer after this read wakes it.
+                slot.waker.register(cx.waker());
+                let flags = slot.flags.load(Ordering::Acquire);
+                match slot.value.pop() {
+                    Ok(value) => Ok(value),
+                    // Answered or dropped before the read, and no value: dropped.
+                    Err(_) if flags & SENDER_GONE != 0 => Err(NoReply),
+                    Err(_) => return Poll::Pending,
                 }
-                return Poll::Pending;
             }
         };
-        slot.receiver_gone = true;
-        drop(slot);
         this.done = true;
         Poll::Ready(output)
     }
@@ -274,7 +283,7 @@ mod tests {
     use super::*;
     use futures_lite::future::{block_on, poll_once};
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::task::Wake;
+    use std::task::{Wake, Waker};
 
     fn request(n: u64) -> RequestId {
         RequestId::from_u64(n)
@@ -425,6 +434,23 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_left_behind_is_not_handed_to_the_next_call() {
+        let spares = Spares::<u32>::new();
+        let (tx, mut rx) = spares.reply();
+        answer(tx, 1); // the caller had already stopped polling
+        assert_eq!(rx.abandon(), None, "answered: nothing to cancel");
+        spares.recycle(&mut rx);
+        assert_eq!(spares.slots.len(), 1);
+        let (tx, rx) = spares.reply();
+        answer(tx, 2);
+        assert_eq!(
+            block_on(rx),
+            Ok(2),
+            "the slot was emptied of the old answer"
+        );
+    }
+
+    #[test]
     fn a_slot_the_driver_still_holds_is_not_kept() {
         let spares = Spares::<u32>::new();
         let (tx, mut rx) = spares.reply();
@@ -450,6 +476,103 @@ mod tests {
         assert_eq!(block_on(&mut rx3), Err(NoReply));
         spares.recycle(&mut rx3);
         assert_eq!(spares.slots.len(), 1, "done, and nothing else holds it");
+    }
+
+    /// Bind and abandon race on two threads: exactly one of them acts (the caller names the
+    /// request, or the driver's bind is refused), never both and never neither.
+    #[test]
+    fn a_bind_racing_a_caller_that_leaves_is_settled_once() {
+        for trial in 0..2_000 {
+            let (tx, mut rx) = reply::<u32>();
+            let start = Arc::new(std::sync::Barrier::new(2));
+            let caller_start = Arc::clone(&start);
+            let leaving = std::thread::spawn(move || {
+                caller_start.wait();
+                rx.abandon()
+            });
+            start.wait();
+            let bound = tx.bind(request(trial));
+            let named = leaving.join().unwrap();
+            assert_eq!(
+                named.is_some(),
+                bound,
+                "trial {trial}: bound {bound}, named {named:?}"
+            );
+            if let Some(named) = named {
+                assert_eq!(named, request(trial));
+            }
+        }
+    }
+
+    /// An answer from another thread always wakes a caller that waits for it: a wake lost
+    /// between the caller's look at the slot and its waker's registration would leave it
+    /// waiting here (the receive would not arrive within the guard's 10 s).
+    #[test]
+    fn an_answer_from_another_thread_is_never_missed() {
+        let spares = Arc::new(Spares::<u64>::new());
+        for trial in 0..2_000u64 {
+            let (tx, rx) = spares.reply();
+            let (done_tx, done_rx) = std::sync::mpsc::channel();
+            let caller_spares = Arc::clone(&spares);
+            let start = Arc::new(std::sync::Barrier::new(2));
+            let caller_start = Arc::clone(&start);
+            let caller = std::thread::spawn(move || {
+                let mut rx = rx;
+                caller_start.wait();
+                let got = block_on(&mut rx);
+                caller_spares.recycle(&mut rx);
+                done_tx.send(got).unwrap();
+            });
+            start.wait();
+            if trial % 2 == 0 {
+                answer(tx, trial);
+            } else {
+                drop(tx);
+            }
+            let got = done_rx
+                .recv_timeout(std::time::Duration::from_secs(10))
+                .expect("the caller was woken");
+            let expected = if trial % 2 == 0 {
+                Ok(trial)
+            } else {
+                Err(NoReply)
+            };
+            assert_eq!(got, expected);
+            caller.join().unwrap();
+        }
+        assert!(!spares.slots.is_empty(), "the slots went back to the spares");
+    }
+
+    /// Answers racing callers that leave: every answer is dropped exactly once, whether the
+    /// caller took it, or it stayed in the slot until the slot was emptied for a next call or
+    /// freed.
+    #[test]
+    fn an_answer_racing_a_caller_that_leaves_is_dropped_exactly_once() {
+        struct Counted(Arc<AtomicUsize>);
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let drops = Arc::new(AtomicUsize::new(0));
+        let spares = Arc::new(Spares::<Counted>::new());
+        let trials = 2_000;
+        for _ in 0..trials {
+            let (tx, mut rx) = spares.reply();
+            let caller_spares = Arc::clone(&spares);
+            let start = Arc::new(std::sync::Barrier::new(2));
+            let caller_start = Arc::clone(&start);
+            let caller = std::thread::spawn(move || {
+                caller_start.wait();
+                let _ = rx.abandon();
+                caller_spares.recycle(&mut rx);
+            });
+            start.wait();
+            answer(tx, Counted(Arc::clone(&drops)));
+            caller.join().unwrap();
+        }
+        drop(spares);
+        assert_eq!(drops.load(Ordering::SeqCst), trials);
     }
 
     #[test]
