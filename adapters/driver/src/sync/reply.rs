@@ -15,9 +15,10 @@
 //! leaves after the driver bound the request and sends back its id, or the driver binds after
 //! the caller left and cancels the request at once; never both, never neither.
 //!
-//! The slot used to be behind a mutex (four uncontended locks per call). A driver preempted
-//! while holding it on one core stalled the caller polling on the other; now neither end can
-//! wait for the other.
+//! The caller takes the answer only after it read that the driver's end is gone, which that
+//! end says only after its push: the two never meet on the queue's slot, and neither end ever
+//! waits for the other. The slot used to be behind a mutex (four uncontended locks per call):
+//! a driver preempted while holding it on one core stalled the caller polling on the other.
 
 use std::fmt;
 use std::future::Future;
@@ -243,20 +244,15 @@ impl<T> Future for ReplyReceiver<T> {
         let this = self.get_mut();
         assert!(!this.done, "a reply polled after it completed");
         let slot = &*this.slot;
-        let output = match slot.value.pop() {
-            Ok(value) => Ok(value),
-            Err(_) => {
-                // Registered before the flags are read: an answer after this read wakes it.
-                slot.waker.register(cx.waker());
-                let flags = slot.flags.load(Ordering::Acquire);
-                match slot.value.pop() {
-                    Ok(value) => Ok(value),
-                    // Answered or dropped before the read, and no value: dropped.
-                    Err(_) if flags & SENDER_GONE != 0 => Err(NoReply),
-                    Err(_) => return Poll::Pending,
-                }
+        if slot.flags.load(Ordering::Acquire) & SENDER_GONE == 0 {
+            // Registered before the second look: an answer after that look wakes this task.
+            slot.waker.register(cx.waker());
+            if slot.flags.load(Ordering::Acquire) & SENDER_GONE == 0 {
+                return Poll::Pending;
             }
-        };
+        }
+        // The driver's end is gone, and it pushed its answer, if any, before saying so.
+        let output = slot.value.pop().map_err(|_| NoReply);
         this.done = true;
         Poll::Ready(output)
     }
@@ -540,7 +536,10 @@ mod tests {
             assert_eq!(got, expected);
             caller.join().unwrap();
         }
-        assert!(!spares.slots.is_empty(), "the slots went back to the spares");
+        assert!(
+            !spares.slots.is_empty(),
+            "the slots went back to the spares"
+        );
     }
 
     /// Answers racing callers that leave: every answer is dropped exactly once, whether the
