@@ -22,8 +22,7 @@ use crate::runtime::Runtime;
 use crate::service::ClientService;
 use crate::socket::{OptionReport, SocketReadback};
 use crate::sync::{
-    Hub, HubHandle, Next, Outbox, ReplyReceiver, ReplySender, Spares, Subscription, command_queue,
-    reply,
+    Hub, HubHandle, Next, Outbox, ReplyReceiver, ReplySender, Spares, Subscription, reply,
 };
 
 /// Builds a [`Client`]: a keepwire [`Config`], driver options and the initial nodes.
@@ -139,16 +138,11 @@ impl ClientBuilder {
         let resolver = self
             .resolver
             .unwrap_or_else(|| Arc::new(RuntimeResolver(Arc::clone(&runtime))));
-        let (outbox, inbox) = command_queue();
         let (hub, events) = Hub::new(self.event_capacity);
         let readiness = Arc::new(Readiness::default());
         let mut config = self.config;
         config.seed.get_or_insert_with(entropy_seed);
-        let channels = DriverChannels {
-            inbox,
-            hub,
-            readiness: Arc::clone(&readiness),
-        };
+        let (channels, outbox) = DriverChannels::new(hub, Arc::clone(&readiness));
         let (driver, initial_nodes) = Driver::new(
             runtime,
             config,
@@ -311,7 +305,7 @@ struct Handle {
 impl Handle {
     /// Queues `command` for the driver; hands it back if the driver has stopped.
     fn push(&self, command: Command) -> Result<(), Command> {
-        self.outbox.send(command).map_err(|refused| refused.0)
+        self.outbox.send(command)
     }
 }
 

@@ -42,7 +42,7 @@ use crate::ready::{Readiness, TargetState};
 use crate::resolve::Resolver;
 use crate::runtime::{BoxFuture, IoStream, Runtime, Timer};
 use crate::socket::OptionReport;
-use crate::sync::{Hub, Inbox, ReplySender, answer, poll_commands};
+use crate::sync::{Hub, Inbox, Outbox, ReplySender, Taken, answer, command_queue, take_commands};
 use crate::telemetry::Telemetry;
 
 // Child modules (not siblings) so that the driver's fields stay private to the driver.
@@ -154,8 +154,6 @@ pub(crate) struct Driver {
     follow_up: FollowUp,
     /// What the connections' read wakers share with the driver ([`wake`]).
     wakeups: Arc<Wakeups>,
-    /// The inbox is asked for commands with this waker, which marks it ([`Wakeups`]).
-    inbox_waker: Waker,
     /// Connections whose decoding paused, to resume in the next round (one left at the end
     /// of a round is a reason for another: [`Driver::round`]).
     paused: Vec<ConnId>,
@@ -238,10 +236,10 @@ impl Driver {
             .collect();
         let DriverChannels {
             inbox,
+            wakeups,
             hub,
             readiness,
         } = channels;
-        let wakeups = Arc::<Wakeups>::default();
         let driver = Self {
             runtime,
             origin,
@@ -272,7 +270,6 @@ impl Driver {
             stopping: false,
             answered: 0,
             follow_up: FollowUp::default(),
-            inbox_waker: Waker::from(Arc::clone(&wakeups)),
             wakeups,
             paused: Vec::new(),
             setups: Vec::new(),
@@ -356,33 +353,31 @@ impl Driver {
     }
 
     /// If the inbox woke the driver (or the last round left commands in it): runs the queued
-    /// commands, in batches, until the inbox is empty (then it holds the inbox's waker:
-    /// tokio's channel registers none when it returns commands, so it is asked again) or
-    /// [`COMMAND_BATCHES`] batches ran (then the rest waits for the next round). A round that
-    /// a socket or the timer woke leaves the inbox alone.
+    /// commands, in batches, until the inbox is empty (a command queued after that wakes the
+    /// driver again: the [`Outbox`] does it for every command) or [`COMMAND_BATCHES`] batches
+    /// ran (then the rest waits for the next round). A round that a socket or the timer woke
+    /// leaves the inbox alone.
     fn take_commands(&mut self) {
         if !self.wakeups.take_inbox() {
             return;
         }
-        let waker = self.inbox_waker.clone();
-        let cx = &mut Context::from_waker(&waker);
         for _ in 0..COMMAND_BATCHES {
             let mut commands = std::mem::take(&mut self.commands);
-            let polled = poll_commands(&mut self.inbox, cx, &mut commands, COMMAND_BATCH);
+            let taken = take_commands(&mut self.inbox, &mut commands, COMMAND_BATCH);
             for command in commands.drain(..) {
                 self.execute(command);
                 self.settle();
             }
             self.commands = commands;
-            match polled {
-                Poll::Ready(true) => {}
-                Poll::Ready(false) => {
+            match taken {
+                Taken::Limit => {}
+                Taken::Empty => return,
+                Taken::Closed => {
                     // Every client is gone without a word (each one's drop queues a shutdown,
                     // so this is only a safety net): stop.
                     self.stopping = true;
                     return;
                 }
-                Poll::Pending => return,
             }
         }
         self.wakeups.mark_inbox();
@@ -811,9 +806,26 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 /// The driver's ends of its channels with the client handles.
 #[derive(Debug)]
 pub(crate) struct DriverChannels {
-    pub(crate) inbox: Inbox<Command>,
-    pub(crate) hub: Hub<ClientEvent>,
-    pub(crate) readiness: Arc<Readiness>,
+    inbox: Inbox<Command>,
+    wakeups: Arc<Wakeups>,
+    hub: Hub<ClientEvent>,
+    readiness: Arc<Readiness>,
+}
+
+impl DriverChannels {
+    /// The driver's ends, and the client handles' end of the command queue: each command
+    /// queued marks the inbox and wakes the driver ([`Wakeups`]).
+    pub(crate) fn new(hub: Hub<ClientEvent>, readiness: Arc<Readiness>) -> (Self, Outbox<Command>) {
+        let wakeups = Arc::<Wakeups>::default();
+        let (outbox, inbox) = command_queue(Waker::from(Arc::clone(&wakeups)));
+        let channels = Self {
+            inbox,
+            wakeups,
+            hub,
+            readiness,
+        };
+        (channels, outbox)
+    }
 }
 
 impl Drop for Driver {

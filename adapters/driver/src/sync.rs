@@ -23,18 +23,60 @@ pub(crate) use reply::{ReplyReceiver, ReplySender, Spares, answer, reply};
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::task::{Context, Poll};
+use std::task::Waker;
 
 use tokio::sync::{broadcast, mpsc};
 
 /// The driver's end of the command queue.
 pub(crate) type Inbox<C> = mpsc::UnboundedReceiver<C>;
-/// A client's end of the command queue.
-pub(crate) type Outbox<C> = mpsc::UnboundedSender<C>;
 
-/// A command queue: clients send, the driver receives.
-pub(crate) fn command_queue<C>() -> (Outbox<C>, Inbox<C>) {
-    mpsc::unbounded_channel()
+/// A client's end of the command queue: each command queued wakes the driver with `wake`
+/// (the driver's inbox waker, which marks the inbox), so the driver takes commands without
+/// registering a waker with the channel each time it finds it empty.
+#[derive(Debug)]
+pub(crate) struct Outbox<C> {
+    sender: mpsc::UnboundedSender<C>,
+    wake: Waker,
+}
+
+impl<C> Outbox<C> {
+    /// Queues `command` and wakes the driver; hands it back if the driver has stopped.
+    pub(crate) fn send(&self, command: C) -> Result<(), C> {
+        self.sender.send(command).map_err(|refused| refused.0)?;
+        self.wake.wake_by_ref();
+        Ok(())
+    }
+}
+
+/// A command queue: clients send, the driver receives; each send wakes the driver with
+/// `wake`.
+pub(crate) fn command_queue<C>(wake: Waker) -> (Outbox<C>, Inbox<C>) {
+    let (sender, inbox) = mpsc::unbounded_channel();
+    (Outbox { sender, wake }, inbox)
+}
+
+/// What [`take_commands`] found after the commands it took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// The queue is empty: a command queued from now on wakes the driver.
+    Empty,
+    /// It took its limit: more may be queued.
+    Limit,
+    /// The queue is empty and every sender is gone.
+    Closed,
+}
+
+/// Takes up to `limit` queued commands into `out`, without registering a waker: the
+/// [`Outbox`] wakes the driver for every command it queues.
+pub(crate) fn take_commands<C>(inbox: &mut Inbox<C>, out: &mut Vec<C>, limit: usize) -> Taken {
+    for _ in 0..limit {
+        match inbox.try_recv() {
+            Ok(command) => out.push(command),
+            Err(mpsc::error::TryRecvError::Empty) => return Taken::Empty,
+            Err(mpsc::error::TryRecvError::Disconnected) => return Taken::Closed,
+        }
+    }
+    Taken::Limit
 }
 
 /// A map keyed by ids keepwire makes itself (request and protocol ids): hashed with one
@@ -160,17 +202,6 @@ impl<E: Clone> Subscription<E> {
     }
 }
 
-/// Takes up to `limit` queued commands into `out`, registering the driver's waker when there
-/// are none. `Ready(false)` once every sender is gone and the queue is empty.
-pub(crate) fn poll_commands<C>(
-    inbox: &mut Inbox<C>,
-    cx: &mut Context<'_>,
-    out: &mut Vec<C>,
-    limit: usize,
-) -> Poll<bool> {
-    inbox.poll_recv_many(cx, out, limit).map(|n| n > 0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,11 +249,33 @@ mod tests {
     }
 
     #[test]
-    fn a_closed_queue_hands_commands_back() {
-        let (outbox, mut inbox) = command_queue();
-        outbox.send(1).unwrap();
+    fn each_command_queued_wakes_the_driver_and_a_closed_queue_hands_commands_back() {
+        struct Count(std::sync::atomic::AtomicUsize);
+        impl std::task::Wake for Count {
+            fn wake(self: std::sync::Arc<Self>) {
+                self.wake_by_ref();
+            }
+            fn wake_by_ref(self: &std::sync::Arc<Self>) {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let wakes = std::sync::Arc::new(Count(Default::default()));
+        let (outbox, mut inbox) = command_queue(Waker::from(std::sync::Arc::clone(&wakes)));
+        let mut taken = Vec::new();
+        assert_eq!(take_commands(&mut inbox, &mut taken, 2), Taken::Empty);
+        for command in 1..=3 {
+            outbox.send(command).unwrap();
+        }
+        assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 3);
+        assert_eq!(take_commands(&mut inbox, &mut taken, 2), Taken::Limit);
+        assert_eq!(take_commands(&mut inbox, &mut taken, 2), Taken::Empty);
+        assert_eq!(taken, [1, 2, 3]);
+        outbox.send(4).unwrap();
         inbox.close();
-        assert_eq!(inbox.try_recv(), Ok(1));
-        assert_eq!(outbox.send(2).unwrap_err().0, 2);
+        assert_eq!(outbox.send(5), Err(5), "handed back once closed");
+        assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 4);
+        assert_eq!(inbox.try_recv(), Ok(4));
+        drop(outbox);
+        assert_eq!(take_commands(&mut inbox, &mut taken, 2), Taken::Closed);
     }
 }

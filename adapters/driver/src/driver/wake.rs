@@ -106,15 +106,19 @@ impl Wakeups {
     }
 }
 
-/// As a waker, the command inbox's: it marks the inbox and wakes the task.
+/// As a waker, the command inbox's (every command queued wakes it): it marks the inbox and
+/// wakes the task, unless the inbox was marked already. Then a round that takes the mark is
+/// coming (the task was woken by whoever marked it, or the round that left commands has a
+/// follow-up), and it finds this command: it takes the mark after this swap.
 impl Wake for Wakeups {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.mark_inbox();
-        self.task.wake();
+        if !self.inbox.swap(true, Ordering::AcqRel) {
+            self.task.wake();
+        }
     }
 }
 
@@ -306,12 +310,27 @@ mod tests {
         let inbox = Waker::from(Arc::clone(&wakeups));
         inbox.wake_by_ref();
         assert_eq!(task.count(), 1);
+        wakeups.register_task(&Waker::from(Arc::clone(&task)));
+        inbox.wake_by_ref();
+        assert_eq!(
+            task.count(),
+            1,
+            "marked already: the round coming takes both"
+        );
         assert!(taken(&wakeups).is_empty(), "no connection listed");
         assert!(wakeups.take_inbox() && !wakeups.take_inbox());
 
         wakeups.mark_inbox(); // commands left: no wake, the round's follow-up comes anyway
         assert_eq!(task.count(), 1);
+        inbox.wake_by_ref();
+        assert_eq!(
+            task.count(),
+            1,
+            "the follow-up round takes this command too"
+        );
         assert!(wakeups.take_inbox());
+        inbox.wake_by_ref();
+        assert_eq!(task.count(), 2, "taken: the next command wakes the task");
     }
 
     #[test]
