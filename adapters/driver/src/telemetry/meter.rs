@@ -29,10 +29,12 @@ macro_rules! pool_counters {
                 }
             }
 
-            /// Adds what `now` has on `last`.
-            fn advance(&self, last: &Counters, now: &Counters) {
+            /// Adds what `now` has on `last`, and brings `last` up to `now` (only the fields
+            /// that moved are written).
+            fn advance(&self, last: &mut Counters, now: &Counters) {
                 $(if now.$field > last.$field {
                     self.$field.increment(now.$field - last.$field);
+                    last.$field = now.$field;
                 })*
             }
         }
@@ -390,9 +392,7 @@ impl Meter {
     }
 
     pub(super) fn flush(&mut self, pool: &Pool) {
-        let counters = pool.counters();
-        self.pool.advance(&self.last, &counters);
-        self.last = counters;
+        self.pool.advance(&mut self.last, &pool.counters());
         for node in self.touched.drain(..) {
             let Some(meter) = self.nodes.get_mut(&node) else {
                 continue;
