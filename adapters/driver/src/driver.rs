@@ -154,6 +154,9 @@ pub(crate) struct Driver {
     follow_up: FollowUp,
     /// What the connections' read wakers share with the driver ([`wake`]).
     wakeups: Arc<Wakeups>,
+    /// The inbox's waker ([`Wakeups`] itself: it marks the inbox and wakes the task), for
+    /// asking the inbox for commands.
+    inbox_waker: Waker,
     /// Connections whose decoding paused, to resume in the next round (one left at the end
     /// of a round is a reason for another: [`Driver::round`]).
     paused: Vec<ConnId>,
@@ -270,6 +273,7 @@ impl Driver {
             stopping: false,
             answered: 0,
             follow_up: FollowUp::default(),
+            inbox_waker: Waker::from(Arc::clone(&wakeups)),
             wakeups,
             paused: Vec::new(),
             setups: Vec::new(),
@@ -363,7 +367,12 @@ impl Driver {
         }
         for _ in 0..COMMAND_BATCHES {
             let mut commands = std::mem::take(&mut self.commands);
-            let taken = take_commands(&mut self.inbox, &mut commands, COMMAND_BATCH);
+            let taken = take_commands(
+                &mut self.inbox,
+                &self.inbox_waker,
+                &mut commands,
+                COMMAND_BATCH,
+            );
             for command in commands.drain(..) {
                 self.execute(command);
                 self.settle();

@@ -23,7 +23,7 @@ pub(crate) use reply::{ReplyReceiver, ReplySender, Spares, answer, reply};
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::task::Waker;
+use std::task::{Context, Poll, Waker};
 
 use tokio::sync::{broadcast, mpsc};
 
@@ -66,17 +66,36 @@ pub(crate) enum Taken {
     Closed,
 }
 
-/// Takes up to `limit` queued commands into `out`, without registering a waker: the
-/// [`Outbox`] wakes the driver for every command it queues.
-pub(crate) fn take_commands<C>(inbox: &mut Inbox<C>, out: &mut Vec<C>, limit: usize) -> Taken {
-    for _ in 0..limit {
+/// Takes up to `limit` queued commands into `out`. A command found still being queued wakes
+/// the driver once it is (the [`Outbox`] does it for every command), so the channel is never
+/// asked again just to register a waker. The first two are taken one by one (`try_recv`: a
+/// round mostly finds one command, from a lone caller); the rest of a burst in one
+/// `poll_recv_many`, whose permits are returned once per batch. `waker` is the inbox's,
+/// woken should tokio's cooperative budget make the channel decline.
+pub(crate) fn take_commands<C>(
+    inbox: &mut Inbox<C>,
+    waker: &Waker,
+    out: &mut Vec<C>,
+    limit: usize,
+) -> Taken {
+    const ONE_BY_ONE: usize = 2;
+    for _ in 0..limit.min(ONE_BY_ONE) {
         match inbox.try_recv() {
             Ok(command) => out.push(command),
             Err(mpsc::error::TryRecvError::Empty) => return Taken::Empty,
             Err(mpsc::error::TryRecvError::Disconnected) => return Taken::Closed,
         }
     }
-    Taken::Limit
+    let rest = limit.saturating_sub(ONE_BY_ONE);
+    if rest == 0 {
+        return Taken::Limit;
+    }
+    match inbox.poll_recv_many(&mut Context::from_waker(waker), out, rest) {
+        Poll::Ready(taken) if taken == rest => Taken::Limit,
+        // Fewer than asked: the channel was empty, or every sender is gone.
+        Poll::Ready(_) if inbox.is_closed() && inbox.is_empty() => Taken::Closed,
+        Poll::Ready(_) | Poll::Pending => Taken::Empty,
+    }
 }
 
 /// A map keyed by ids keepwire makes itself (request and protocol ids): hashed with one
@@ -262,20 +281,60 @@ mod tests {
         let wakes = std::sync::Arc::new(Count(Default::default()));
         let (outbox, mut inbox) = command_queue(Waker::from(std::sync::Arc::clone(&wakes)));
         let mut taken = Vec::new();
-        assert_eq!(take_commands(&mut inbox, &mut taken, 2), Taken::Empty);
+        let waker = Waker::noop();
+        assert_eq!(
+            take_commands(&mut inbox, waker, &mut taken, 2),
+            Taken::Empty
+        );
         for command in 1..=3 {
             outbox.send(command).unwrap();
         }
         assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 3);
-        assert_eq!(take_commands(&mut inbox, &mut taken, 2), Taken::Limit);
-        assert_eq!(take_commands(&mut inbox, &mut taken, 2), Taken::Empty);
+        assert_eq!(
+            take_commands(&mut inbox, waker, &mut taken, 2),
+            Taken::Limit
+        );
+        assert_eq!(
+            take_commands(&mut inbox, waker, &mut taken, 2),
+            Taken::Empty
+        );
         assert_eq!(taken, [1, 2, 3]);
+        for command in 10..20 {
+            outbox.send(command).unwrap();
+        }
+        taken.clear();
+        assert_eq!(
+            take_commands(&mut inbox, waker, &mut taken, 6),
+            Taken::Limit,
+            "two one by one, four in a batch"
+        );
+        assert_eq!(
+            take_commands(&mut inbox, waker, &mut taken, 6),
+            Taken::Empty
+        );
+        assert_eq!(taken, (10..20).collect::<Vec<_>>());
         outbox.send(4).unwrap();
         inbox.close();
         assert_eq!(outbox.send(5), Err(5), "handed back once closed");
-        assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 4);
+        assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 14);
         assert_eq!(inbox.try_recv(), Ok(4));
         drop(outbox);
-        assert_eq!(take_commands(&mut inbox, &mut taken, 2), Taken::Closed);
+        assert_eq!(
+            take_commands(&mut inbox, waker, &mut taken, 2),
+            Taken::Closed
+        );
+
+        let (outbox, mut inbox) = command_queue(Waker::noop().clone());
+        for command in 0..3 {
+            outbox.send(command).unwrap();
+        }
+        drop(outbox);
+        taken.clear();
+        assert_eq!(
+            take_commands(&mut inbox, waker, &mut taken, 6),
+            Taken::Closed,
+            "the senders gone, the last commands taken in a batch"
+        );
+        assert_eq!(taken, [0, 1, 2]);
     }
 }
