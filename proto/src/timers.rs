@@ -1,7 +1,9 @@
 //! The deadline index: 4-ary heaps of `(instant, timer)` entries indexed by key (one for the
 //! nodes' timers, one for request deadlines), so scheduling, cancelling, firing and finding the
 //! earliest deadline stay O(log n) however many nodes and requests there are, beside a FIFO
-//! lane that takes request deadlines arriving in order (one timeout for every request) in O(1).
+//! lane that takes request deadlines arriving in order (one timeout for every request) in O(1)
+//! and a stack that takes, in O(1), one earlier than all others (a short timeout among long
+//! ones).
 //! Due entries come out by instant; at one instant node timers first (see [`TimerHeap`] for the
 //! whole order).
 //!
@@ -119,18 +121,28 @@ pub(crate) enum TimerKey {
 /// earliest of the node heap's top, the request heap's top and the lane's front, in that order
 /// of preference on a tie.
 ///
+/// **The early stack.** A deadline that does not fit the lane but is earlier than every other
+/// request deadline goes on top of the early stack instead of the request heap: a short
+/// timeout among long ones, which comes off the top again in O(1) where the heap would sift it
+/// up to its top and a replacement down again. The stack holds
+/// what the request heap would hold otherwise, and is merged with it in the same key order
+/// (instant, then id): together they give exactly what one request heap gave. Its entries fall
+/// strictly from the bottom to the top, its top is always live, and one ended below the top
+/// waits, dead, as in the lane.
+///
 /// **Order.** Entries come out by instant. At one instant the node timers come first, in key
-/// order; then the request heap's deadlines, in key order; then the lane's, in the order they
-/// were scheduled. (Node timers sort before request deadlines in [`TimerKey`]'s order too, so
-/// this is the order one heap of both gave.) Every choice depends only on the calls made, so a
-/// replay gives the same order.
+/// order; then the request heap's and the early stack's deadlines, in key order; then the
+/// lane's, in the order they were scheduled. (Node timers sort before request deadlines in
+/// [`TimerKey`]'s order too, so this is the order one heap of both gave.) Every choice depends
+/// only on the calls made, so a replay gives the same order.
 #[derive(Debug, Default)]
 pub(crate) struct TimerHeap {
     /// The nodes' armed timers; positions at `node slot × timers + timer`.
     nodes: KeyedHeap<(NodeId, NodeTimer)>,
-    /// Request deadlines that did not fit the lane. Its position table is per request slot
-    /// and also records the lane's entries: a heap position, [`IN_LANE`] with the entry's lane
-    /// sequence number, or [`ABSENT`].
+    /// Request deadlines that fit neither the lane nor the early stack. Its position table is
+    /// per request slot and also records the lane's and the stack's entries: a heap position,
+    /// [`IN_LANE`] with the entry's lane sequence number, [`IN_EARLY`] with its index in the
+    /// stack, or [`ABSENT`].
     requests: KeyedHeap<RequestId>,
     /// Request deadlines by instant (submit order among equal ones), some of them dead (see
     /// [`Self::lane_live_at`]).
@@ -139,6 +151,11 @@ pub(crate) struct TimerHeap {
     lane_head: u64,
     /// Live entries in the lane.
     lane_live: usize,
+    /// Request deadlines each earlier than every entry below it (the top, last, is the
+    /// earliest), some of them dead (see [`Self::early_live_at`]).
+    early: Vec<(Instant, RequestId)>,
+    /// Live entries in the early stack.
+    early_live: usize,
 }
 
 /// Children per heap node.
@@ -150,7 +167,11 @@ const ABSENT: u64 = u64::MAX;
 /// Marks a request slot's cell as holding a lane sequence number, not a heap position.
 const IN_LANE: u64 = 1 << 63;
 
-/// Dead entries the lane may hold beyond as many as its live ones before it is compacted.
+/// Marks a request slot's cell as holding an index in the early stack. Lane sequence numbers
+/// stay below it, so no lane cell has this bit.
+const IN_EARLY: u64 = 1 << 62;
+
+/// Dead entries the lane (or the early stack) may hold beyond as many as its live ones before it is compacted.
 const LANE_SLACK: usize = 64;
 
 /// A key of a [`KeyedHeap`]: it names the slot whose one entry it is.
@@ -176,7 +197,7 @@ impl HeapKey for RequestId {
 struct KeyedHeap<K> {
     entries: Vec<(Instant, K)>,
     /// Position of each slot's entry, [`ABSENT`] if none (the request heap's also holds the
-    /// lane's [`IN_LANE`] places).
+    /// lane's [`IN_LANE`] places and the early stack's [`IN_EARLY`] ones).
     at: Vec<u64>,
 }
 
@@ -292,7 +313,10 @@ impl<K: HeapKey> KeyedHeap<K> {
     /// recorded (lane places aside).
     #[cfg(test)]
     fn positions_agree(&self) -> bool {
-        let in_heap = self.at.iter().filter(|&&c| c != ABSENT && c & IN_LANE == 0);
+        let in_heap = self
+            .at
+            .iter()
+            .filter(|&&c| c != ABSENT && c & (IN_LANE | IN_EARLY) == 0);
         in_heap.count() == self.entries.len()
             && (0..self.entries.len()).all(|i| self.cell_of(self.entries[i].1) == Some(i as u64))
     }
@@ -303,6 +327,7 @@ impl<K: HeapKey> KeyedHeap<K> {
 enum Source {
     Nodes,
     Requests,
+    Early,
     Lane,
 }
 
@@ -331,12 +356,14 @@ impl TimerHeap {
     }
 
     /// Schedules request `id`'s deadline at `at`: at the back of the lane if no earlier than
-    /// its last entry, else in the request heap.
+    /// its last entry, else on top of the early stack if earlier than every other request
+    /// deadline, else in the request heap.
     pub(crate) fn schedule_request(&mut self, at: Instant, id: RequestId) {
         match self.requests.cell_of(id) {
             None => self.requests.make_room(id),
             Some(ABSENT) => {}
             Some(cell) if cell & IN_LANE != 0 => self.lane_remove(self.lane_index(cell)),
+            Some(cell) if cell & IN_EARLY != 0 => self.early_remove((cell & !IN_EARLY) as usize),
             Some(cell) => drop(self.requests.remove_at(cell as usize)),
         }
         if self.lane.back().is_none_or(|&(last, _)| at >= last) {
@@ -346,7 +373,21 @@ impl TimerHeap {
             self.requests.at[id.slot()] = IN_LANE | seq;
             return;
         }
+        if self.earlier_than_every_request(at) {
+            self.requests.at[id.slot()] = IN_EARLY | self.early.len() as u64;
+            self.early.push((at, id));
+            self.early_live += 1;
+            return;
+        }
         self.requests.push((at, id));
+    }
+
+    /// Whether `at` is earlier than every request deadline in the index.
+    fn earlier_than_every_request(&self, at: Instant) -> bool {
+        let earlier = |top: Option<&(Instant, RequestId)>| top.is_none_or(|&(first, _)| at < first);
+        earlier(self.early.last())
+            && earlier(self.requests.entries.first())
+            && earlier(self.lane.front())
     }
 
     /// Takes `key`'s entry out, if the index holds one for exactly this key.
@@ -382,6 +423,11 @@ impl TimerHeap {
             if self.lane[k].1 == id {
                 self.lane_remove(k);
             }
+        } else if cell & IN_EARLY != 0 {
+            let i = (cell & !IN_EARLY) as usize;
+            if self.early[i].1 == id {
+                self.early_remove(i);
+            }
         } else if self.requests.entries[cell as usize].1 == id {
             self.requests.remove_at(cell as usize);
         }
@@ -394,11 +440,20 @@ impl TimerHeap {
             .entries
             .first()
             .map(|&(at, (node, timer))| (Source::Nodes, (at, TimerKey::Node(node, timer))));
+        // The request heap and the early stack hold what one heap would: the earlier of their
+        // tops in key order (instant, then id), as that heap's top.
+        let heap = self
+            .requests
+            .entries
+            .first()
+            .map(|&e| (Source::Requests, e));
+        let early = self.early.last().map(|&e| (Source::Early, e));
+        let request = match (heap, early) {
+            (Some(h), Some(e)) => Some(if e.1 < h.1 { e } else { h }),
+            (h, e) => h.or(e),
+        };
         let others = [
-            self.requests
-                .entries
-                .first()
-                .map(|&(at, id)| (Source::Requests, (at, TimerKey::Request(id)))),
+            request.map(|(source, (at, id))| (source, (at, TimerKey::Request(id)))),
             self.lane
                 .front()
                 .map(|&(at, id)| (Source::Lane, (at, TimerKey::Request(id)))),
@@ -421,6 +476,7 @@ impl TimerHeap {
         match source {
             Source::Nodes => drop(self.nodes.remove_at(0)),
             Source::Requests => drop(self.requests.remove_at(0)),
+            Source::Early => self.early_remove(self.early.len() - 1),
             Source::Lane => self.lane_remove(0),
         }
         Some(entry)
@@ -429,11 +485,11 @@ impl TimerHeap {
     /// Entries in the index (for the pool's consistency checks).
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn len(&self) -> usize {
-        self.nodes.entries.len() + self.requests.entries.len() + self.lane_live
+        self.nodes.entries.len() + self.requests.entries.len() + self.early_live + self.lane_live
     }
 
-    /// Every entry: the node heap's and the request heap's in heap order, then the lane's live
-    /// ones in order (for the pool's consistency checks).
+    /// Every entry: the node heap's and the request heap's in heap order, then the early
+    /// stack's and the lane's live ones in order (for the pool's consistency checks).
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn iter(&self) -> impl Iterator<Item = (Instant, TimerKey)> + '_ {
         let nodes = self
@@ -446,10 +502,13 @@ impl TimerHeap {
             .entries
             .iter()
             .map(|&(at, id)| (at, TimerKey::Request(id)));
+        let early = (0..self.early.len())
+            .filter(|&i| self.early_live_at(i))
+            .map(|i| (self.early[i].0, TimerKey::Request(self.early[i].1)));
         let lane = (0..self.lane.len())
             .filter(|&k| self.lane_live_at(k))
             .map(|k| (self.lane[k].0, TimerKey::Request(self.lane[k].1)));
-        nodes.chain(requests).chain(lane)
+        nodes.chain(requests).chain(early).chain(lane)
     }
 
     /// The lane index of the entry whose cell is `cell` (an [`IN_LANE`] one).
@@ -506,8 +565,38 @@ impl TimerHeap {
         }
     }
 
+    /// Whether `early[i]` is live: its slot's cell still names its index.
+    fn early_live_at(&self, i: usize) -> bool {
+        self.requests.at[self.early[i].1.slot()] == IN_EARLY | i as u64
+    }
+
+    /// Takes the live entry `early[i]` out by clearing its cell: off the top at once (with the
+    /// dead entries under it), from below when compaction comes, as in the lane.
+    fn early_remove(&mut self, i: usize) {
+        self.requests.at[self.early[i].1.slot()] = ABSENT;
+        self.early_live -= 1;
+        if i + 1 == self.early.len() {
+            self.early.pop();
+            while !self.early.is_empty() && !self.early_live_at(self.early.len() - 1) {
+                self.early.pop();
+            }
+        } else if self.early.len() > 2 * self.early_live + LANE_SLACK {
+            let cells = &self.requests.at;
+            let mut i = 0;
+            self.early.retain(|&(_, id)| {
+                let live = cells[id.slot()] == IN_EARLY | i as u64;
+                i += 1;
+                live
+            });
+            for (i, &(_, id)) in self.early.iter().enumerate() {
+                self.requests.at[id.slot()] = IN_EARLY | i as u64;
+            }
+        }
+    }
+
     /// Whether every recorded position points at its entry and every entry's is recorded,
-    /// and the lane is sorted with a live front and back and its live count right.
+    /// the lane is sorted with a live front and back and its live count right, and the early
+    /// stack falls strictly to a live top with its live count right.
     #[cfg(test)]
     fn positions_agree(&self) -> bool {
         let live = (0..self.lane.len()).filter(|&k| self.lane_live_at(k));
@@ -518,373 +607,19 @@ impl TimerHeap {
             .all(|(a, b)| a.0 <= b.0);
         let ends_live = self.lane.is_empty()
             || (self.lane_live_at(0) && self.lane_live_at(self.lane.len() - 1));
+        let early_live = (0..self.early.len()).filter(|&i| self.early_live_at(i));
+        let early_falls = self.early.windows(2).all(|w| w[0].0 > w[1].0);
+        let top_live = self.early.is_empty() || self.early_live_at(self.early.len() - 1);
         self.nodes.positions_agree()
             && self.requests.positions_agree()
             && live.count() == self.lane_live
             && sorted
             && ends_live
+            && early_live.count() == self.early_live
+            && early_falls
+            && top_live
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use alloc::format;
-
-    use super::*;
-
-    /// Whether `got` may come out next of an index holding `model`: an entry of the earliest
-    /// instant and, if a node timer is due then, the least of them (the heap's key order puts
-    /// node timers first); which request deadline of one instant comes first depends on where
-    /// each was put (see `equal_instants_fire_node_timers_first_then_requests_as_scheduled`).
-    fn may_come_next(model: &[(Instant, TimerKey)], got: Option<(Instant, TimerKey)>) -> bool {
-        let Some(earliest) = model.iter().map(|e| e.0).min() else {
-            return got.is_none();
-        };
-        let least_node = model
-            .iter()
-            .filter(|e| e.0 == earliest && matches!(e.1, TimerKey::Node(..)))
-            .min();
-        got.is_some_and(|got| {
-            model.contains(&got) && got.0 == earliest && least_node.is_none_or(|&n| n == got)
-        })
-    }
-
-    /// Pops the index, checks the entry against the model (and against the peek before it)
-    /// and takes it out of the model.
-    fn pop_checked(heap: &mut TimerHeap, model: &mut Vec<(Instant, TimerKey)>, at: &str) {
-        let peeked = heap.peek();
-        let got = heap.pop();
-        assert_eq!(
-            peeked, got,
-            "{at}: the peek named another entry than the pop"
-        );
-        assert!(may_come_next(model, got), "{at}: {got:?}");
-        model.retain(|&e| Some(e) != got);
-    }
-
-    #[test]
-    fn equal_instants_fire_node_timers_first_then_requests_as_scheduled() {
-        let node = NodeId {
-            index: 0,
-            generation: 0,
-        };
-        let request = |slot: u32| TimerKey::Request(RequestId::new(slot, 0));
-        let mut heap = TimerHeap::default();
-        let at = Instant::from_secs(5);
-        for slot in [5, 2, 9] {
-            heap.schedule(at, request(slot));
-        }
-        // Earlier than the lane's last: into the heap, and out first.
-        heap.schedule(Instant::from_secs(4), request(7));
-        // Once a later deadline joins the lane, one at the earlier instant goes to the heap,
-        // and at that instant the heap's entries come first.
-        heap.schedule(Instant::from_secs(6), request(3));
-        heap.schedule(at, request(1));
-        heap.schedule(at, TimerKey::Node(node, NodeTimer::Idle));
-        heap.schedule(at, TimerKey::Node(node, NodeTimer::Setup));
-        let order: Vec<_> = core::iter::from_fn(|| heap.pop()).collect();
-        let expected = [
-            (Instant::from_secs(4), request(7)),
-            (at, TimerKey::Node(node, NodeTimer::Setup)),
-            (at, TimerKey::Node(node, NodeTimer::Idle)),
-            (at, request(1)),
-            (at, request(5)),
-            (at, request(2)),
-            (at, request(9)),
-            (Instant::from_secs(6), request(3)),
-        ];
-        assert_eq!(order, expected);
-    }
-
-    #[test]
-    fn heap_pops_earliest_first() {
-        let node = NodeId {
-            index: 0,
-            generation: 0,
-        };
-        let mut h = TimerHeap::default();
-        h.schedule(
-            Instant::from_secs(3),
-            TimerKey::Node(node, NodeTimer::Setup),
-        );
-        h.schedule(
-            Instant::from_secs(1),
-            TimerKey::Request(RequestId::new(0, 0)),
-        );
-        h.schedule(Instant::from_secs(2), TimerKey::Node(node, NodeTimer::Idle));
-        assert_eq!(h.peek().unwrap().0, Instant::from_secs(1));
-        let order: Vec<_> = core::iter::from_fn(|| h.pop()).map(|e| e.0).collect();
-        assert_eq!(order, [1, 2, 3].map(Instant::from_secs));
-    }
-
-    /// The slot a key's entry occupies: one entry per node timer and per request slot.
-    fn slot(key: TimerKey) -> (u8, u32, u8) {
-        match key {
-            TimerKey::Node(node, timer) => (0, node.index, timer as u8),
-            TimerKey::Request(id) => (1, id.slot() as u32, 0),
-        }
-    }
-
-    /// A random key over a few node and request slots, of two generations each, so
-    /// rescheduling, slot reuse and exact-key cancels are all common.
-    fn some_key(x: u64) -> TimerKey {
-        let generation = (x >> 8) as u32 % 2;
-        if x % 3 == 0 {
-            let node = NodeId {
-                index: (x >> 16) as u32 % 5,
-                generation,
-            };
-            TimerKey::Node(
-                node,
-                NodeTimer::ALL[(x >> 24) as usize % NodeTimer::ALL.len()],
-            )
-        } else {
-            TimerKey::Request(RequestId::new((x >> 16) as u32 % 40, generation))
-        }
-    }
-
-    #[test]
-    fn the_index_gives_what_a_list_of_one_entry_per_slot_gives() {
-        let mut heap = TimerHeap::default();
-        let mut model: Vec<(Instant, TimerKey)> = Vec::new();
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for step in 0..20_000u64 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            match x % 10 {
-                0..=4 => {
-                    // Few distinct instants, so ties between keys are common.
-                    let entry = (Instant::from_secs((x >> 32) % 50), some_key(x));
-                    heap.schedule(entry.0, entry.1);
-                    model.retain(|e| slot(e.1) != slot(entry.1));
-                    model.push(entry);
-                }
-                5 | 6 => {
-                    let key = some_key(x);
-                    heap.cancel(key);
-                    model.retain(|e| e.1 != key);
-                }
-                7 | 8 => {
-                    pop_checked(&mut heap, &mut model, &format!("step {step}"));
-                }
-                _ => {
-                    // Cancel what is there, so exact-key cancels hit as often as they miss.
-                    if let Some(&(_, key)) = model.get((x >> 32) as usize % model.len().max(1)) {
-                        heap.cancel(key);
-                        model.retain(|e| e.1 != key);
-                    }
-                }
-            }
-            assert!(may_come_next(&model, heap.peek()), "step {step}");
-            assert_eq!(heap.len(), model.len(), "step {step}");
-            assert!(heap.positions_agree(), "step {step}");
-        }
-    }
-
-    #[test]
-    fn a_cancel_of_another_generation_leaves_the_slot_alone() {
-        let mut heap = TimerHeap::default();
-        let (old, new) = (RequestId::new(3, 0), RequestId::new(3, 1));
-        heap.schedule(Instant::from_secs(2), TimerKey::Request(old));
-        heap.schedule(Instant::from_secs(5), TimerKey::Request(new));
-        assert_eq!(heap.len(), 1, "the newer generation took the slot's entry");
-        heap.cancel(TimerKey::Request(old));
-        assert_eq!(
-            heap.pop(),
-            Some((Instant::from_secs(5), TimerKey::Request(new)))
-        );
-        heap.cancel(TimerKey::Request(new));
-        assert_eq!(heap.peek(), None);
-    }
-
-    #[test]
-    fn an_emptied_heap_keeps_working() {
-        let key = |i: u32| TimerKey::Request(RequestId::new(i, 0));
-        let mut heap = TimerHeap::default();
-        assert_eq!(heap.pop(), None);
-        for i in 0..9 {
-            heap.schedule(Instant::from_secs(u64::from(i % 3)), key(i));
-        }
-        for i in 0..9 {
-            heap.cancel(key(i));
-        }
-        assert_eq!((heap.len(), heap.peek()), (0, None));
-        heap.schedule(Instant::from_secs(5), key(1));
-        heap.schedule(Instant::from_secs(4), key(2));
-        assert!(heap.positions_agree());
-        assert_eq!(heap.pop(), Some((Instant::from_secs(4), key(2))));
-    }
-
-    #[test]
-    fn deep_heaps_pop_in_order_through_growing_and_shrinking_phases() {
-        // Many distinct instants and thousands of entries, so sifts run several levels deep
-        // between siblings' and cousins' subtrees; cancels take entries from the middle.
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        for round in 0..4u32 {
-            let mut heap = TimerHeap::default();
-            let mut model: Vec<(Instant, TimerKey)> = Vec::new();
-            for step in 0..6_000u32 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                // Grow for the first half, then mostly shrink.
-                let push = if step < 3_000 { x % 4 != 0 } else { x % 4 == 0 };
-                if push {
-                    let entry = (
-                        Instant::from_nanos(x % 1_000_000),
-                        TimerKey::Request(RequestId::new(step, round)),
-                    );
-                    heap.schedule(entry.0, entry.1);
-                    model.push(entry);
-                } else if x % 3 == 0 && !model.is_empty() {
-                    let (_, key) = model.swap_remove((x >> 8) as usize % model.len());
-                    heap.cancel(key);
-                } else {
-                    pop_checked(&mut heap, &mut model, &format!("round {round} step {step}"));
-                }
-            }
-            assert!(heap.positions_agree());
-        }
-    }
-
-    #[test]
-    fn rising_deadlines_ended_in_any_order_come_out_by_instant() {
-        // Mostly rising instants (one timeout per request, some shorter), ended oldest first,
-        // from the middle or by popping, with slots reused by newer generations: the lane
-        // takes most entries, the heap the rest, and together they give the model's order.
-        let mut x = 0x853c_49e6_748f_ea9bu64;
-        for round in 0..4u32 {
-            let mut heap = TimerHeap::default();
-            let mut model: Vec<(Instant, TimerKey)> = Vec::new();
-            let mut generation = [0u32; 300];
-            let mut now = 0u64;
-            let mut laned = 0;
-            for step in 0..8_000u32 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                now += x % 3; // sometimes the same instant as the last
-                match x % 8 {
-                    0..=3 => {
-                        let slot = (x >> 16) as usize % generation.len();
-                        generation[slot] += 1;
-                        let key = TimerKey::Request(RequestId::new(slot as u32, generation[slot]));
-                        let timeout = if x % 16 < 14 {
-                            1_000
-                        } else {
-                            (x >> 40) % 1_000
-                        };
-                        let at = Instant::from_nanos(now + timeout);
-                        let live_before = heap.lane_live;
-                        heap.schedule(at, key);
-                        laned += usize::from(heap.lane_live > live_before);
-                        model.retain(|e| slot_of(e.1) != slot);
-                        model.push((at, key));
-                    }
-                    4 | 5 => {
-                        model.sort();
-                        if !model.is_empty() {
-                            // Mostly the oldest, sometimes one from the middle.
-                            let i = if x % 4 == 0 {
-                                (x >> 8) as usize % model.len()
-                            } else {
-                                0
-                            };
-                            let (_, key) = model.remove(i);
-                            heap.cancel(key);
-                        }
-                    }
-                    6 => {
-                        // A cancel of a key whose slot moved on changes nothing.
-                        let slot = (x >> 16) as usize % generation.len();
-                        let stale = RequestId::new(slot as u32, generation[slot].wrapping_sub(1));
-                        heap.cancel(TimerKey::Request(stale));
-                    }
-                    _ => {
-                        let at = format!("round {round} step {step}");
-                        pop_checked(&mut heap, &mut model, &at);
-                    }
-                }
-                assert!(
-                    may_come_next(&model, heap.peek()),
-                    "round {round} step {step}"
-                );
-                assert_eq!(heap.len(), model.len(), "round {round} step {step}");
-                assert!(heap.positions_agree(), "round {round} step {step}");
-                assert!(
-                    heap.lane.len() <= 2 * heap.lane_live + LANE_SLACK,
-                    "round {round} step {step}: the lane outgrew its live entries"
-                );
-            }
-            assert!(
-                laned > 2_000,
-                "round {round}: only {laned} entries went to the lane"
-            );
-        }
-
-        fn slot_of(key: TimerKey) -> usize {
-            match key {
-                TimerKey::Request(id) => id.slot(),
-                TimerKey::Node(..) => unreachable!("requests only"),
-            }
-        }
-    }
-
-    #[test]
-    fn a_lane_ended_from_the_middle_is_compacted_and_keeps_its_order() {
-        let key = |i: u32| TimerKey::Request(RequestId::new(i, 0));
-        let mut heap = TimerHeap::default();
-        for i in 0..500 {
-            heap.schedule(Instant::from_secs(u64::from(i)), key(i));
-        }
-        assert_eq!(
-            (heap.lane_live, heap.requests.entries.len()),
-            (500, 0),
-            "all in the lane"
-        );
-        // End everything but the first and the last: the ends stay live, so the dead ones
-        // wait in the middle until they outnumber the live ones by more than the slack, and
-        // compaction takes them out (rarely: each one costs a pass over the lane).
-        let mut compactions = 0;
-        for i in 1..499 {
-            let before = heap.lane.len();
-            heap.cancel(key(i));
-            assert!(heap.lane.len() <= 2 * heap.lane_live + LANE_SLACK, "at {i}");
-            compactions += usize::from(heap.lane.len() < before);
-        }
-        assert!(heap.positions_agree());
-        assert_eq!(heap.len(), 2);
-        // Compacted at 217 live (500 > 2 x 217 + 64), at 76 (217 > 2 x 76 + 64) and at 5
-        // (76 > 2 x 5 + 64), leaving those 2 live and the 3 ended since.
-        assert_eq!((compactions, heap.lane.len()), (3, 5));
-        // An earlier deadline than the lane's last goes to the heap, and still comes first.
-        heap.schedule(Instant::from_secs(3), key(7));
-        assert_eq!(heap.requests.entries.len(), 1);
-        let order: Vec<_> = core::iter::from_fn(|| heap.pop()).collect();
-        let expected = [(0, 0), (3, 7), (499, 499)].map(|(at, i)| (Instant::from_secs(at), key(i)));
-        assert_eq!(order, expected);
-        assert!(heap.positions_agree());
-    }
-
-    #[test]
-    fn the_table_has_a_slot_for_every_timer() {
-        let mut t = TimerTable::default();
-        for (i, &timer) in NodeTimer::ALL.iter().enumerate() {
-            assert_eq!(timer as usize, i);
-            t.set(timer, Instant::from_secs(i as u64));
-        }
-        for (i, &timer) in NodeTimer::ALL.iter().enumerate() {
-            assert_eq!(t.get(timer), Some(Instant::from_secs(i as u64)));
-        }
-    }
-
-    #[test]
-    fn table_arms_and_stops() {
-        let mut t = TimerTable::default();
-        t.set(NodeTimer::Probe, Instant::from_secs(5));
-        assert_eq!(t.get(NodeTimer::Probe), Some(Instant::from_secs(5)));
-        t.stop(NodeTimer::Probe);
-        assert_eq!(t.get(NodeTimer::Probe), None);
-    }
-}
+mod tests;

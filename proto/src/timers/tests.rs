@@ -1,0 +1,385 @@
+//! The deadline index's tests: its order against models, positions, the lane and the table.
+
+use alloc::format;
+
+use super::*;
+
+/// Whether `got` may come out next of an index holding `model`: an entry of the earliest
+/// instant and, if a node timer is due then, the least of them (the heap's key order puts
+/// node timers first); which request deadline of one instant comes first depends on where
+/// each was put (see `equal_instants_fire_node_timers_first_then_requests_as_scheduled`).
+fn may_come_next(model: &[(Instant, TimerKey)], got: Option<(Instant, TimerKey)>) -> bool {
+    let Some(earliest) = model.iter().map(|e| e.0).min() else {
+        return got.is_none();
+    };
+    let least_node = model
+        .iter()
+        .filter(|e| e.0 == earliest && matches!(e.1, TimerKey::Node(..)))
+        .min();
+    got.is_some_and(|got| {
+        model.contains(&got) && got.0 == earliest && least_node.is_none_or(|&n| n == got)
+    })
+}
+
+/// Pops the index, checks the entry against the model (and against the peek before it)
+/// and takes it out of the model.
+fn pop_checked(heap: &mut TimerHeap, model: &mut Vec<(Instant, TimerKey)>, at: &str) {
+    let peeked = heap.peek();
+    let got = heap.pop();
+    assert_eq!(
+        peeked, got,
+        "{at}: the peek named another entry than the pop"
+    );
+    assert!(may_come_next(model, got), "{at}: {got:?}");
+    model.retain(|&e| Some(e) != got);
+}
+
+#[test]
+fn equal_instants_fire_node_timers_first_then_requests_as_scheduled() {
+    let node = NodeId {
+        index: 0,
+        generation: 0,
+    };
+    let request = |slot: u32| TimerKey::Request(RequestId::new(slot, 0));
+    let mut heap = TimerHeap::default();
+    let at = Instant::from_secs(5);
+    for slot in [5, 2, 9] {
+        heap.schedule(at, request(slot));
+    }
+    // Earlier than the lane's last: into the heap, and out first.
+    heap.schedule(Instant::from_secs(4), request(7));
+    // Once a later deadline joins the lane, one at the earlier instant goes to the heap,
+    // and at that instant the heap's entries come first.
+    heap.schedule(Instant::from_secs(6), request(3));
+    heap.schedule(at, request(1));
+    heap.schedule(at, TimerKey::Node(node, NodeTimer::Idle));
+    heap.schedule(at, TimerKey::Node(node, NodeTimer::Setup));
+    let order: Vec<_> = core::iter::from_fn(|| heap.pop()).collect();
+    let expected = [
+        (Instant::from_secs(4), request(7)),
+        (at, TimerKey::Node(node, NodeTimer::Setup)),
+        (at, TimerKey::Node(node, NodeTimer::Idle)),
+        (at, request(1)),
+        (at, request(5)),
+        (at, request(2)),
+        (at, request(9)),
+        (Instant::from_secs(6), request(3)),
+    ];
+    assert_eq!(order, expected);
+}
+
+#[test]
+fn heap_pops_earliest_first() {
+    let node = NodeId {
+        index: 0,
+        generation: 0,
+    };
+    let mut h = TimerHeap::default();
+    h.schedule(
+        Instant::from_secs(3),
+        TimerKey::Node(node, NodeTimer::Setup),
+    );
+    h.schedule(
+        Instant::from_secs(1),
+        TimerKey::Request(RequestId::new(0, 0)),
+    );
+    h.schedule(Instant::from_secs(2), TimerKey::Node(node, NodeTimer::Idle));
+    assert_eq!(h.peek().unwrap().0, Instant::from_secs(1));
+    let order: Vec<_> = core::iter::from_fn(|| h.pop()).map(|e| e.0).collect();
+    assert_eq!(order, [1, 2, 3].map(Instant::from_secs));
+}
+
+/// The slot a key's entry occupies: one entry per node timer and per request slot.
+fn slot(key: TimerKey) -> (u8, u32, u8) {
+    match key {
+        TimerKey::Node(node, timer) => (0, node.index, timer as u8),
+        TimerKey::Request(id) => (1, id.slot() as u32, 0),
+    }
+}
+
+/// A random key over a few node and request slots, of two generations each, so
+/// rescheduling, slot reuse and exact-key cancels are all common.
+fn some_key(x: u64) -> TimerKey {
+    let generation = (x >> 8) as u32 % 2;
+    if x % 3 == 0 {
+        let node = NodeId {
+            index: (x >> 16) as u32 % 5,
+            generation,
+        };
+        TimerKey::Node(
+            node,
+            NodeTimer::ALL[(x >> 24) as usize % NodeTimer::ALL.len()],
+        )
+    } else {
+        TimerKey::Request(RequestId::new((x >> 16) as u32 % 40, generation))
+    }
+}
+
+#[test]
+fn the_index_gives_what_a_list_of_one_entry_per_slot_gives() {
+    let mut heap = TimerHeap::default();
+    let mut model: Vec<(Instant, TimerKey)> = Vec::new();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for step in 0..20_000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        match x % 10 {
+            0..=4 => {
+                // Few distinct instants, so ties between keys are common.
+                let entry = (Instant::from_secs((x >> 32) % 50), some_key(x));
+                heap.schedule(entry.0, entry.1);
+                model.retain(|e| slot(e.1) != slot(entry.1));
+                model.push(entry);
+            }
+            5 | 6 => {
+                let key = some_key(x);
+                heap.cancel(key);
+                model.retain(|e| e.1 != key);
+            }
+            7 | 8 => {
+                pop_checked(&mut heap, &mut model, &format!("step {step}"));
+            }
+            _ => {
+                // Cancel what is there, so exact-key cancels hit as often as they miss.
+                if let Some(&(_, key)) = model.get((x >> 32) as usize % model.len().max(1)) {
+                    heap.cancel(key);
+                    model.retain(|e| e.1 != key);
+                }
+            }
+        }
+        assert!(may_come_next(&model, heap.peek()), "step {step}");
+        assert_eq!(heap.len(), model.len(), "step {step}");
+        assert!(heap.positions_agree(), "step {step}");
+    }
+}
+
+#[test]
+fn a_cancel_of_another_generation_leaves_the_slot_alone() {
+    let mut heap = TimerHeap::default();
+    let (old, new) = (RequestId::new(3, 0), RequestId::new(3, 1));
+    heap.schedule(Instant::from_secs(2), TimerKey::Request(old));
+    heap.schedule(Instant::from_secs(5), TimerKey::Request(new));
+    assert_eq!(heap.len(), 1, "the newer generation took the slot's entry");
+    heap.cancel(TimerKey::Request(old));
+    assert_eq!(
+        heap.pop(),
+        Some((Instant::from_secs(5), TimerKey::Request(new)))
+    );
+    heap.cancel(TimerKey::Request(new));
+    assert_eq!(heap.peek(), None);
+}
+
+#[test]
+fn an_emptied_heap_keeps_working() {
+    let key = |i: u32| TimerKey::Request(RequestId::new(i, 0));
+    let mut heap = TimerHeap::default();
+    assert_eq!(heap.pop(), None);
+    for i in 0..9 {
+        heap.schedule(Instant::from_secs(u64::from(i % 3)), key(i));
+    }
+    for i in 0..9 {
+        heap.cancel(key(i));
+    }
+    assert_eq!((heap.len(), heap.peek()), (0, None));
+    heap.schedule(Instant::from_secs(5), key(1));
+    heap.schedule(Instant::from_secs(4), key(2));
+    assert!(heap.positions_agree());
+    assert_eq!(heap.pop(), Some((Instant::from_secs(4), key(2))));
+}
+
+#[test]
+fn deep_heaps_pop_in_order_through_growing_and_shrinking_phases() {
+    // Many distinct instants and thousands of entries, so sifts run several levels deep
+    // between siblings' and cousins' subtrees; cancels take entries from the middle.
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for round in 0..4u32 {
+        let mut heap = TimerHeap::default();
+        let mut model: Vec<(Instant, TimerKey)> = Vec::new();
+        for step in 0..6_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Grow for the first half, then mostly shrink.
+            let push = if step < 3_000 { x % 4 != 0 } else { x % 4 == 0 };
+            if push {
+                let entry = (
+                    Instant::from_nanos(x % 1_000_000),
+                    TimerKey::Request(RequestId::new(step, round)),
+                );
+                heap.schedule(entry.0, entry.1);
+                model.push(entry);
+            } else if x % 3 == 0 && !model.is_empty() {
+                let (_, key) = model.swap_remove((x >> 8) as usize % model.len());
+                heap.cancel(key);
+            } else {
+                pop_checked(&mut heap, &mut model, &format!("round {round} step {step}"));
+            }
+        }
+        assert!(heap.positions_agree());
+    }
+}
+
+#[test]
+fn rising_deadlines_ended_in_any_order_come_out_by_instant() {
+    // Mostly rising instants (one timeout per request, some shorter), ended oldest first,
+    // from the middle or by popping, with slots reused by newer generations: the lane
+    // takes most entries, the heap the rest, and together they give the model's order.
+    let mut x = 0x853c_49e6_748f_ea9bu64;
+    for round in 0..4u32 {
+        let mut heap = TimerHeap::default();
+        let mut model: Vec<(Instant, TimerKey)> = Vec::new();
+        let mut generation = [0u32; 300];
+        let mut now = 0u64;
+        let mut laned = 0;
+        for step in 0..8_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            now += x % 3; // sometimes the same instant as the last
+            match x % 8 {
+                0..=3 => {
+                    let slot = (x >> 16) as usize % generation.len();
+                    generation[slot] += 1;
+                    let key = TimerKey::Request(RequestId::new(slot as u32, generation[slot]));
+                    let timeout = if x % 16 < 14 {
+                        1_000
+                    } else {
+                        (x >> 40) % 1_000
+                    };
+                    let at = Instant::from_nanos(now + timeout);
+                    let live_before = heap.lane_live;
+                    heap.schedule(at, key);
+                    laned += usize::from(heap.lane_live > live_before);
+                    model.retain(|e| slot_of(e.1) != slot);
+                    model.push((at, key));
+                }
+                4 | 5 => {
+                    model.sort();
+                    if !model.is_empty() {
+                        // Mostly the oldest, sometimes one from the middle.
+                        let i = if x % 4 == 0 {
+                            (x >> 8) as usize % model.len()
+                        } else {
+                            0
+                        };
+                        let (_, key) = model.remove(i);
+                        heap.cancel(key);
+                    }
+                }
+                6 => {
+                    // A cancel of a key whose slot moved on changes nothing.
+                    let slot = (x >> 16) as usize % generation.len();
+                    let stale = RequestId::new(slot as u32, generation[slot].wrapping_sub(1));
+                    heap.cancel(TimerKey::Request(stale));
+                }
+                _ => {
+                    let at = format!("round {round} step {step}");
+                    pop_checked(&mut heap, &mut model, &at);
+                }
+            }
+            assert!(
+                may_come_next(&model, heap.peek()),
+                "round {round} step {step}"
+            );
+            assert_eq!(heap.len(), model.len(), "round {round} step {step}");
+            assert!(heap.positions_agree(), "round {round} step {step}");
+            assert!(
+                heap.lane.len() <= 2 * heap.lane_live + LANE_SLACK,
+                "round {round} step {step}: the lane outgrew its live entries"
+            );
+        }
+        assert!(
+            laned > 2_000,
+            "round {round}: only {laned} entries went to the lane"
+        );
+    }
+
+    fn slot_of(key: TimerKey) -> usize {
+        match key {
+            TimerKey::Request(id) => id.slot(),
+            TimerKey::Node(..) => unreachable!("requests only"),
+        }
+    }
+}
+
+#[test]
+fn a_lane_ended_from_the_middle_is_compacted_and_keeps_its_order() {
+    let key = |i: u32| TimerKey::Request(RequestId::new(i, 0));
+    let mut heap = TimerHeap::default();
+    for i in 0..500 {
+        heap.schedule(Instant::from_secs(u64::from(i)), key(i));
+    }
+    assert_eq!(
+        (heap.lane_live, heap.requests.entries.len()),
+        (500, 0),
+        "all in the lane"
+    );
+    // End everything but the first and the last: the ends stay live, so the dead ones
+    // wait in the middle until they outnumber the live ones by more than the slack, and
+    // compaction takes them out (rarely: each one costs a pass over the lane).
+    let mut compactions = 0;
+    for i in 1..499 {
+        let before = heap.lane.len();
+        heap.cancel(key(i));
+        assert!(heap.lane.len() <= 2 * heap.lane_live + LANE_SLACK, "at {i}");
+        compactions += usize::from(heap.lane.len() < before);
+    }
+    assert!(heap.positions_agree());
+    assert_eq!(heap.len(), 2);
+    // Compacted at 217 live (500 > 2 x 217 + 64), at 76 (217 > 2 x 76 + 64) and at 5
+    // (76 > 2 x 5 + 64), leaving those 2 live and the 3 ended since.
+    assert_eq!((compactions, heap.lane.len()), (3, 5));
+    // An earlier deadline than the lane's last goes to the heap, and still comes first.
+    heap.schedule(Instant::from_secs(3), key(7));
+    assert_eq!(heap.requests.entries.len(), 1);
+    let order: Vec<_> = core::iter::from_fn(|| heap.pop()).collect();
+    let expected = [(0, 0), (3, 7), (499, 499)].map(|(at, i)| (Instant::from_secs(at), key(i)));
+    assert_eq!(order, expected);
+    assert!(heap.positions_agree());
+}
+
+#[test]
+fn a_deadline_earlier_than_all_others_takes_its_place_among_the_heaps_in_key_order() {
+    let request = |slot: u32| TimerKey::Request(RequestId::new(slot, 0));
+    let mut heap = TimerHeap::default();
+    let (soon, sooner, later) = (
+        Instant::from_secs(5),
+        Instant::from_secs(4),
+        Instant::from_secs(10),
+    );
+    heap.schedule(later, request(1));
+    heap.schedule(later, request(2));
+    // Earlier than every other deadline: onto the early stack, not into the heap.
+    heap.schedule(soon, request(9));
+    // At the stack's top instant, so not earlier than all: into the heap.
+    heap.schedule(soon, request(3));
+    heap.schedule(sooner, request(8));
+    assert_eq!((heap.early.len(), heap.requests.entries.len()), (2, 1));
+    assert!(heap.positions_agree());
+    // At 5 s the heap's 3 and the stack's 9 come out in key order, as from one heap.
+    let order: Vec<_> = core::iter::from_fn(|| heap.pop()).collect();
+    let expected = [(sooner, 8), (soon, 3), (soon, 9), (later, 1), (later, 2)];
+    assert_eq!(order, expected.map(|(at, slot)| (at, request(slot))));
+}
+
+#[test]
+fn the_table_has_a_slot_for_every_timer() {
+    let mut t = TimerTable::default();
+    for (i, &timer) in NodeTimer::ALL.iter().enumerate() {
+        assert_eq!(timer as usize, i);
+        t.set(timer, Instant::from_secs(i as u64));
+    }
+    for (i, &timer) in NodeTimer::ALL.iter().enumerate() {
+        assert_eq!(t.get(timer), Some(Instant::from_secs(i as u64)));
+    }
+}
+
+#[test]
+fn table_arms_and_stops() {
+    let mut t = TimerTable::default();
+    t.set(NodeTimer::Probe, Instant::from_secs(5));
+    assert_eq!(t.get(NodeTimer::Probe), Some(Instant::from_secs(5)));
+    t.stop(NodeTimer::Probe);
+    assert_eq!(t.get(NodeTimer::Probe), None);
+}
