@@ -237,7 +237,7 @@ impl<K: HeapKey> KeyedHeap<K> {
 
     /// Takes out the entry at `i`, filling its place with the last entry (whose sift records
     /// where it lands).
-    fn remove_at(&mut self, i: usize) -> (Instant, K) {
+    fn remove_at(&mut self, i: usize) {
         let removed = self.entries.swap_remove(i);
         self.at[removed.1.cell()] = ABSENT;
         if i < self.entries.len() {
@@ -248,7 +248,6 @@ impl<K: HeapKey> KeyedHeap<K> {
                 self.sift_down(i);
             }
         }
-        removed
     }
 
     /// Adds `entry` (whose slot has a cell) to the heap.
@@ -364,7 +363,7 @@ impl TimerHeap {
             Some(ABSENT) => {}
             Some(cell) if cell & IN_LANE != 0 => self.lane_remove(self.lane_index(cell)),
             Some(cell) if cell & IN_EARLY != 0 => self.early_remove((cell & !IN_EARLY) as usize),
-            Some(cell) => drop(self.requests.remove_at(cell as usize)),
+            Some(cell) => self.requests.remove_at(cell as usize),
         }
         if self.lane.back().is_none_or(|&(last, _)| at >= last) {
             let seq = self.lane_head + self.lane.len() as u64;
@@ -474,8 +473,8 @@ impl TimerHeap {
     pub(crate) fn pop(&mut self) -> Option<(Instant, TimerKey)> {
         let (source, entry) = self.earliest()?;
         match source {
-            Source::Nodes => drop(self.nodes.remove_at(0)),
-            Source::Requests => drop(self.requests.remove_at(0)),
+            Source::Nodes => self.nodes.remove_at(0),
+            Source::Requests => self.requests.remove_at(0),
             Source::Early => self.early_remove(self.early.len() - 1),
             Source::Lane => self.lane_remove(0),
         }
