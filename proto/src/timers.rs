@@ -413,6 +413,27 @@ impl TimerHeap {
         let Some(cell) = self.requests.cell_of(id) else {
             return;
         };
+        // The usual cases first, ending what comes off in O(1) with only live entries behind
+        // it: the lane's front (answered oldest first) or the early stack's top.
+        if cell == IN_LANE | self.lane_head
+            && self.lane.front().is_some_and(|&(_, front)| front == id)
+            && self.lane.len() == self.lane_live
+        {
+            self.requests.at[id.slot()] = ABSENT;
+            self.lane_live -= 1;
+            self.lane.pop_front();
+            self.lane_head += 1;
+            return;
+        }
+        if self.early.last().is_some_and(|&(_, top)| top == id)
+            && cell == IN_EARLY | (self.early.len() - 1) as u64
+            && self.early.len() == self.early_live
+        {
+            self.requests.at[id.slot()] = ABSENT;
+            self.early_live -= 1;
+            self.early.pop();
+            return;
+        }
         // Checked first: `ABSENT` has the lane bit set too.
         if cell == ABSENT {
             return;
