@@ -250,6 +250,18 @@ impl<K: HeapKey> KeyedHeap<K> {
         }
     }
 
+    /// Takes out the entry at `i`, whose slot's cell is `cell`: the last one at once (no other
+    /// entry moves), any other through [`Self::remove_at`].
+    #[inline]
+    fn take_out(&mut self, i: usize, cell: usize) {
+        if i + 1 == self.entries.len() {
+            self.entries.pop();
+            self.at[cell] = ABSENT;
+        } else {
+            self.remove_at(i);
+        }
+    }
+
     /// Adds `entry` (whose slot has a cell) to the heap.
     fn push(&mut self, entry: (Instant, K)) {
         let i = self.entries.len();
@@ -402,7 +414,7 @@ impl TimerHeap {
         let key = (node, timer);
         if let Some(cell) = self.nodes.cell_of(key).filter(|&c| c != ABSENT) {
             if self.nodes.entries[cell as usize].1 == key {
-                self.nodes.remove_at(cell as usize);
+                self.nodes.take_out(cell as usize, key.cell());
             }
         }
     }
@@ -449,7 +461,7 @@ impl TimerHeap {
                 self.early_remove(i);
             }
         } else if self.requests.entries[cell as usize].1 == id {
-            self.requests.remove_at(cell as usize);
+            self.requests.take_out(cell as usize, id.slot());
         }
     }
 
