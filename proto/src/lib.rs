@@ -21,6 +21,7 @@ mod counters;
 mod display;
 mod endpoint;
 mod event;
+mod fifo;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 mod ids;

@@ -326,7 +326,7 @@ impl Node {
             sink.end_request(id, outcome.clone(), frame.sent());
             self.free_request(sink, id);
         }
-        for id in core::mem::take(&mut self.awaiting) {
+        for id in self.awaiting.take_all() {
             if sink
                 .pool
                 .requests
@@ -359,8 +359,9 @@ impl Node {
         });
 
         let before = self.outbound.pending();
-        let mut gone: Vec<(RequestId, Sent)> = core::mem::take(&mut self.awaiting)
-            .into_iter()
+        let mut gone: Vec<(RequestId, Sent)> = self
+            .awaiting
+            .take_all()
             .map(|id| (id, Sent::Fully))
             .collect();
         let requests = &sink.pool.requests;

@@ -24,6 +24,7 @@ use bytes::Bytes;
 
 use crate::endpoint::Endpoint;
 use crate::event::{Action, CloseReason, Event, NodeState, Outcome};
+use crate::fifo::Fifo;
 use crate::ids::{ConnId, NodeId, RequestId};
 use crate::outbound::{ByteCount, Outbound};
 use crate::requests::Requests;
@@ -63,7 +64,7 @@ pub(crate) struct Shared {
     pub(crate) actions: VecDeque<Action>,
     pub(crate) events: VecDeque<Event>,
     /// Connections that have bytes to hand out (see [`Pool::poll_transmit`](crate::Pool)).
-    pub(crate) transmit: VecDeque<ConnId>,
+    pub(crate) transmit: Fifo<ConnId>,
     pub(crate) requests: Requests,
     pub(crate) counters: Counters,
     /// Pending outbound bytes across all nodes.
@@ -169,7 +170,7 @@ pub(crate) struct Node {
     /// Requests fully written and awaiting a response, in the order they were written (the
     /// order an in-order protocol answers them). Removal is lazy: an entry whose request has
     /// gone is skipped, and the list is compacted when it outgrows the live requests.
-    awaiting: VecDeque<RequestId>,
+    awaiting: Fifo<RequestId>,
     /// Requests holding a slot for this node: queued, being written, awaiting a response, or
     /// ended by a deadline while in flight (the server may still be working on them).
     requests: usize,
@@ -205,7 +206,7 @@ impl Node {
             conn: None,
             conn_generation: 0,
             outbound: Outbound::new(),
-            awaiting: VecDeque::new(),
+            awaiting: Fifo::new(),
             requests: 0,
             admission: Admission {
                 enabled: true,

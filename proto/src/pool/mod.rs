@@ -14,6 +14,7 @@ use crate::event::{
     Action, CloseReason, Event, EvictReason, Failure, HandleError, HandshakeFailure, NodeState,
     Outcome, Readmission, SubmitError, Violation,
 };
+use crate::fifo::Fifo;
 use crate::ids::{ConnId, NodeId, RequestId};
 use crate::node::{Census, Node, Shared};
 use crate::outbound::ByteCount;
@@ -155,7 +156,7 @@ impl Pool {
                 timers: TimerHeap::default(),
                 actions: VecDeque::new(),
                 events: VecDeque::new(),
-                transmit: VecDeque::new(),
+                transmit: Fifo::new(),
                 requests: Requests::default(),
                 counters: Counters::default(),
                 total_pending: ByteCount::default(),

@@ -1,0 +1,139 @@
+//! [`Fifo`], a first-in first-out queue of small `Copy` items for the request path: the
+//! awaited requests of a node and the connections waiting to hand out bytes.
+//!
+//! It is one `Vec` read from a moving start. A push is a `Vec` push and a pop moves the start
+//! on, both inlined with no wrap-around arithmetic (a `VecDeque` calls out of line for both
+//! here); a queue that empties (the usual case: a request or a connection comes and goes)
+//! starts again at the beginning of its buffer, and one that never empties drops the items
+//! read once they are half of its buffer, so it holds at most about twice its items.
+
+use alloc::vec::Vec;
+
+/// Items read off the front before the queue drops them from its buffer (at least half of it).
+const SLACK: usize = 32;
+
+/// A first-in first-out queue of `Copy` items (see the module's documentation).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Fifo<T> {
+    items: Vec<T>,
+    /// Where the queue starts in `items`: those before it have been read.
+    start: usize,
+}
+
+impl<T: Copy> Fifo<T> {
+    pub(crate) const fn new() -> Self {
+        Self {
+            items: Vec::new(),
+            start: 0,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.items.len() - self.start
+    }
+
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    #[inline]
+    pub(crate) fn front(&self) -> Option<&T> {
+        self.items.get(self.start)
+    }
+
+    #[inline]
+    pub(crate) fn push_back(&mut self, item: T) {
+        self.items.push(item);
+    }
+
+    #[inline]
+    pub(crate) fn pop_front(&mut self) -> Option<T> {
+        let item = *self.items.get(self.start)?;
+        self.start += 1;
+        if self.start == self.items.len() {
+            self.items.clear();
+            self.start = 0;
+        } else if self.start >= SLACK && 2 * self.start >= self.items.len() {
+            self.drop_read();
+        }
+        Some(item)
+    }
+
+    /// Drops the items read from the buffer.
+    fn drop_read(&mut self) {
+        self.items.drain(..self.start);
+        self.start = 0;
+    }
+
+    /// The items, front first.
+    pub(crate) fn iter(&self) -> core::slice::Iter<'_, T> {
+        self.items[self.start..].iter()
+    }
+
+    /// Keeps only the items `keep` says to, in order.
+    pub(crate) fn retain(&mut self, keep: impl FnMut(&T) -> bool) {
+        self.drop_read();
+        self.items.retain(keep);
+    }
+
+    /// Takes every item out, front first, leaving the queue empty.
+    pub(crate) fn take_all(&mut self) -> impl Iterator<Item = T> + use<T> {
+        let start = core::mem::take(&mut self.start);
+        core::mem::take(&mut self.items).into_iter().skip(start)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::collections::VecDeque;
+
+    /// Pushes, pops, retains and takes, against a `VecDeque` doing the same: the same items in
+    /// the same order, and a buffer never more than twice the items plus the slack.
+    #[test]
+    fn it_queues_as_a_vec_deque_does() {
+        let mut fifo = Fifo::new();
+        let mut model = VecDeque::new();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for step in 0..50_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            match x % 16 {
+                0..=6 => {
+                    fifo.push_back(step);
+                    model.push_back(step);
+                }
+                7..=13 => assert_eq!(fifo.pop_front(), model.pop_front(), "step {step}"),
+                14 => {
+                    let odd = x % 2 == 1;
+                    fifo.retain(|&i| (i % 2 == 1) == odd);
+                    model.retain(|&i| (i % 2 == 1) == odd);
+                }
+                _ if x % 64 == 15 => {
+                    assert!(fifo.take_all().eq(core::mem::take(&mut model)));
+                }
+                _ => {}
+            }
+            assert_eq!(fifo.len(), model.len());
+            assert_eq!(fifo.is_empty(), model.is_empty());
+            assert_eq!(fifo.front(), model.front());
+            assert!(fifo.iter().eq(model.iter()), "step {step}");
+            assert!(fifo.items.len() <= 2 * fifo.len() + SLACK, "step {step}");
+        }
+    }
+
+    #[test]
+    fn an_emptied_queue_starts_again_at_the_beginning_of_its_buffer() {
+        let mut fifo = Fifo::new();
+        fifo.push_back(1);
+        fifo.push_back(2);
+        assert_eq!(fifo.pop_front(), Some(1));
+        assert_eq!(fifo.start, 1);
+        assert_eq!(fifo.pop_front(), Some(2));
+        assert_eq!((fifo.start, fifo.items.len()), (0, 0));
+        assert_eq!(fifo.pop_front(), None);
+    }
+}
