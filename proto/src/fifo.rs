@@ -1,23 +1,32 @@
 //! [`Fifo`], a first-in first-out queue of small `Copy` items for the request path: the
-//! awaited requests of a node and the connections waiting to hand out bytes.
+//! awaited requests of a node, the connections waiting to hand out bytes and the deadline
+//! index's lane.
 //!
 //! It is one `Vec` read from a moving start. A push is a `Vec` push and a pop moves the start
 //! on, both inlined with no wrap-around arithmetic (a `VecDeque` calls out of line for both
 //! here); a queue that empties (the usual case: a request or a connection comes and goes)
 //! starts again at the beginning of its buffer, and one that never empties drops the items
-//! read once they are half of its buffer, so it holds at most about twice its items.
+//! read once they are three quarters of its buffer, so it holds at most about four times its
+//! items and moves at most one for every three it reads.
 
 use alloc::vec::Vec;
 
-/// Items read off the front before the queue drops them from its buffer (at least half of it).
+/// Items read off the front before the queue drops them from its buffer (at least three
+/// quarters of it).
 const SLACK: usize = 32;
 
 /// A first-in first-out queue of `Copy` items (see the module's documentation).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct Fifo<T> {
     items: Vec<T>,
     /// Where the queue starts in `items`: those before it have been read.
     start: usize,
+}
+
+impl<T: Copy> Default for Fifo<T> {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl<T: Copy> Fifo<T> {
@@ -44,6 +53,15 @@ impl<T: Copy> Fifo<T> {
     }
 
     #[inline]
+    pub(crate) fn back(&self) -> Option<&T> {
+        if self.is_empty() {
+            None
+        } else {
+            self.items.last()
+        }
+    }
+
+    #[inline]
     pub(crate) fn push_back(&mut self, item: T) {
         self.items.push(item);
     }
@@ -55,10 +73,22 @@ impl<T: Copy> Fifo<T> {
         if self.start == self.items.len() {
             self.items.clear();
             self.start = 0;
-        } else if self.start >= SLACK && 2 * self.start >= self.items.len() {
+        } else if self.start >= SLACK && self.start >= 3 * self.len() {
             self.drop_read();
         }
         Some(item)
+    }
+
+    pub(crate) fn pop_back(&mut self) -> Option<T> {
+        if self.is_empty() {
+            return None;
+        }
+        let item = self.items.pop();
+        if self.start == self.items.len() {
+            self.items.clear();
+            self.start = 0;
+        }
+        item
     }
 
     /// Drops the items read from the buffer.
@@ -85,13 +115,23 @@ impl<T: Copy> Fifo<T> {
     }
 }
 
+impl<T> core::ops::Index<usize> for Fifo<T> {
+    type Output = T;
+
+    /// The item `k` places behind the front.
+    #[inline]
+    fn index(&self, k: usize) -> &T {
+        &self.items[self.start + k]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use alloc::collections::VecDeque;
 
     /// Pushes, pops, retains and takes, against a `VecDeque` doing the same: the same items in
-    /// the same order, and a buffer never more than twice the items plus the slack.
+    /// the same order, and a buffer never more than four times the items plus the slack.
     #[test]
     fn it_queues_as_a_vec_deque_does() {
         let mut fifo = Fifo::new();
@@ -106,7 +146,8 @@ mod tests {
                     fifo.push_back(step);
                     model.push_back(step);
                 }
-                7..=13 => assert_eq!(fifo.pop_front(), model.pop_front(), "step {step}"),
+                7..=12 => assert_eq!(fifo.pop_front(), model.pop_front(), "step {step}"),
+                13 => assert_eq!(fifo.pop_back(), model.pop_back(), "step {step}"),
                 14 => {
                     let odd = x % 2 == 1;
                     fifo.retain(|&i| (i % 2 == 1) == odd);
@@ -120,8 +161,10 @@ mod tests {
             assert_eq!(fifo.len(), model.len());
             assert_eq!(fifo.is_empty(), model.is_empty());
             assert_eq!(fifo.front(), model.front());
+            assert_eq!(fifo.back(), model.back());
+            assert!((0..fifo.len()).all(|k| fifo[k] == model[k]), "step {step}");
             assert!(fifo.iter().eq(model.iter()), "step {step}");
-            assert!(fifo.items.len() <= 2 * fifo.len() + SLACK, "step {step}");
+            assert!(fifo.items.len() <= 4 * fifo.len() + SLACK, "step {step}");
         }
     }
 

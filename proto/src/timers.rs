@@ -14,9 +14,9 @@
 //! pool's consistency check says so) and [`Pool::poll_timeout`](crate::Pool::poll_timeout)
 //! is a pure, exact peek.
 
-use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
+use crate::fifo::Fifo;
 use crate::ids::{NodeId, RequestId};
 use crate::time::Instant;
 
@@ -146,7 +146,7 @@ pub(crate) struct TimerHeap {
     requests: KeyedHeap<RequestId>,
     /// Request deadlines by instant (submit order among equal ones), some of them dead (see
     /// [`Self::lane_live_at`]).
-    lane: VecDeque<(Instant, RequestId)>,
+    lane: Fifo<(Instant, RequestId)>,
     /// The sequence number of `lane[0]`; entry `k` has `lane_head + k`.
     lane_head: u64,
     /// Live entries in the lane.
@@ -584,16 +584,15 @@ impl TimerHeap {
 
     /// Drops the lane's dead entries, renumbering the live ones from the head.
     fn compact_lane(&mut self) {
-        let mut kept = 0;
-        for k in 0..self.lane.len() {
-            if self.lane_live_at(k) {
-                self.lane.swap(kept, k);
-                kept += 1;
-            }
-        }
-        self.lane.truncate(kept);
-        for k in 0..kept {
-            self.requests.at[self.lane[k].1.slot()] = IN_LANE | (self.lane_head + k as u64);
+        let (cells, head) = (&self.requests.at, self.lane_head);
+        let mut seq = head;
+        self.lane.retain(|&(_, id)| {
+            let live = cells[id.slot()] == IN_LANE | seq;
+            seq += 1;
+            live
+        });
+        for (k, &(_, id)) in self.lane.iter().enumerate() {
+            self.requests.at[id.slot()] = IN_LANE | (head + k as u64);
         }
     }
 
