@@ -369,6 +369,7 @@ impl TimerHeap {
     /// Schedules request `id`'s deadline at `at`: at the back of the lane if no earlier than
     /// its last entry, else on top of the early stack if earlier than every other request
     /// deadline, else in the request heap.
+    #[inline]
     pub(crate) fn schedule_request(&mut self, at: Instant, id: RequestId) {
         match self.requests.cell_of(id) {
             None => self.requests.make_room(id),
