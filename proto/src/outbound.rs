@@ -213,6 +213,7 @@ impl Outbound {
     /// no byte written, back in the queue, and drops it unsent by returning `true`. Returns the
     /// bytes released and any writability flip; `Err` if `n` exceeds what was handed out
     /// (nothing changes).
+    #[inline]
     pub(crate) fn report_written(
         &mut self,
         n: usize,
