@@ -436,6 +436,10 @@ impl TimerHeap {
             self.lane_live -= 1;
             self.lane.pop_front();
             self.lane_head += 1;
+            debug_assert!(
+                self.lane.is_empty() || self.lane_live_at(0),
+                "a dead lane front"
+            );
             return;
         }
         if self.early.last().is_some_and(|&(_, top)| top == id)
@@ -445,6 +449,10 @@ impl TimerHeap {
             self.requests.at[id.slot()] = ABSENT;
             self.early_live -= 1;
             self.early.pop();
+            debug_assert!(
+                self.early.is_empty() || self.early_live_at(self.early.len() - 1),
+                "a dead early top"
+            );
             return;
         }
         // Checked first: `ABSENT` has the lane bit set too.
