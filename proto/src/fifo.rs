@@ -168,6 +168,21 @@ mod tests {
         }
     }
 
+    /// A window that slides for ever (a pipeline that never drains) keeps its buffer within
+    /// four times its items plus the slack.
+    #[test]
+    fn a_queue_that_never_empties_keeps_its_buffer_bounded() {
+        let mut fifo = Fifo::new();
+        for item in 0..10u32 {
+            fifo.push_back(item);
+        }
+        for item in 10..100_000u32 {
+            fifo.push_back(item);
+            assert_eq!(fifo.pop_front(), Some(item - 10));
+            assert!(fifo.items.len() <= 4 * fifo.len() + SLACK, "item {item}");
+        }
+    }
+
     #[test]
     fn an_emptied_queue_starts_again_at_the_beginning_of_its_buffer() {
         let mut fifo = Fifo::new();
