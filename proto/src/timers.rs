@@ -512,6 +512,21 @@ impl TimerHeap {
         self.earliest().map(|(_, entry)| entry)
     }
 
+    /// The earliest entry's instant: [`Self::peek`]'s, without choosing among the entries of
+    /// that instant (every part's first entry is live, so the least of them is the answer).
+    #[inline]
+    pub(crate) fn next_instant(&self) -> Option<Instant> {
+        let firsts = [
+            self.nodes.entries.first().map(|e| e.0),
+            self.requests.entries.first().map(|e| e.0),
+            self.early.last().map(|e| e.0),
+            self.lane.front().map(|e| e.0),
+        ];
+        let next = firsts.into_iter().flatten().min();
+        debug_assert_eq!(next, self.peek().map(|(at, _)| at));
+        next
+    }
+
     pub(crate) fn pop(&mut self) -> Option<(Instant, TimerKey)> {
         let (source, entry) = self.earliest()?;
         match source {

@@ -702,7 +702,7 @@ impl Pool {
     /// is scheduled. Pure: calling it changes nothing.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.shared.timers.peek().map(|(at, _)| at)
+        self.shared.timers.next_instant()
     }
 
     // ---------------------------------------------------------------------------------------
