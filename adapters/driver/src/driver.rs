@@ -323,7 +323,15 @@ impl Driver {
     }
 
     /// Runs the pool's actions and delivers its events: after every input.
+    #[inline]
     fn settle(&mut self) {
+        if self.pool.has_output() {
+            self.settle_output();
+        }
+    }
+
+    /// [`settle`](Self::settle) once the pool has something to give.
+    fn settle_output(&mut self) {
         while let Some(action) = self.pool.poll_action() {
             #[cfg(feature = "tracing")]
             self.telemetry.action(&action);

@@ -691,6 +691,15 @@ impl Pool {
         !self.shared.transmit.is_empty()
     }
 
+    /// Whether [`poll_action`](Self::poll_action) or [`poll_event`](Self::poll_event) has
+    /// something to give: `false` means both would return `None`. Pure: an adapter asks it to
+    /// skip draining both after an input that produced nothing.
+    #[must_use]
+    #[inline]
+    pub fn has_output(&self) -> bool {
+        !self.shared.actions.is_empty() || !self.shared.events.is_empty()
+    }
+
     /// The next event for the application.
     #[must_use]
     #[inline]

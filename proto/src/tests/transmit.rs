@@ -353,3 +353,41 @@ fn has_transmit_says_whether_poll_transmit_may_hand_out() {
     h.pool.handle_written(h.now, conn, 100).unwrap();
     assert!(!h.pool.has_transmit(), "written whole: nothing left");
 }
+
+#[test]
+fn has_output_says_whether_an_action_or_an_event_waits() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let conn = h.ready(node);
+    assert!(!h.pool.has_output(), "everything collected");
+    let id = h
+        .pool
+        .submit(
+            h.now,
+            Target::Node(node),
+            h.now + secs(60),
+            Bytes::from_static(b"ping"),
+        )
+        .unwrap();
+    let mut out = Vec::new();
+    assert_eq!(h.pool.poll_transmit(1 << 16, &mut out), Some(conn));
+    h.pool.handle_written(h.now, conn, 4).unwrap();
+    assert!(
+        !h.pool.has_output(),
+        "queued and written: nothing to say yet"
+    );
+    h.pool
+        .handle_response(h.now, conn, id, Bytes::from_static(b"pong"))
+        .unwrap();
+    assert!(h.pool.has_output(), "the request's end waits");
+    assert!(matches!(
+        h.pool.poll_event(),
+        Some(Event::RequestDone { id: done, .. }) if done == id
+    ));
+    assert!(!h.pool.has_output());
+    let other = h.add();
+    h.pool.connect(h.now, other).unwrap();
+    assert!(h.pool.has_output(), "an action waits");
+    h.collect();
+    assert!(!h.pool.has_output());
+}
