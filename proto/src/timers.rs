@@ -608,16 +608,10 @@ impl TimerHeap {
 
     /// Drops the lane's dead entries, renumbering the live ones from the head.
     fn compact_lane(&mut self) {
-        let (cells, head) = (&self.requests.at, self.lane_head);
-        let mut seq = head;
-        self.lane.retain(|&(_, id)| {
-            let live = cells[id.slot()] == IN_LANE | seq;
-            seq += 1;
-            live
-        });
-        for (k, &(_, id)) in self.lane.iter().enumerate() {
-            self.requests.at[id.slot()] = IN_LANE | (head + k as u64);
-        }
+        let head = self.lane_head;
+        self.lane
+            .retain(still_placed(&self.requests.at, IN_LANE, head));
+        renumber(self.lane.iter(), &mut self.requests.at, IN_LANE, head);
     }
 
     /// Whether `early[i]` is live: its slot's cell still names its index.
@@ -636,16 +630,9 @@ impl TimerHeap {
                 self.early.pop();
             }
         } else if self.early.len() > 2 * self.early_live + LANE_SLACK {
-            let cells = &self.requests.at;
-            let mut i = 0;
-            self.early.retain(|&(_, id)| {
-                let live = cells[id.slot()] == IN_EARLY | i as u64;
-                i += 1;
-                live
-            });
-            for (i, &(_, id)) in self.early.iter().enumerate() {
-                self.requests.at[id.slot()] = IN_EARLY | i as u64;
-            }
+            self.early
+                .retain(still_placed(&self.requests.at, IN_EARLY, 0));
+            renumber(self.early.iter(), &mut self.requests.at, IN_EARLY, 0);
         }
     }
 
@@ -673,6 +660,34 @@ impl TimerHeap {
             && early_live.count() == self.early_live
             && early_falls
             && top_live
+    }
+}
+
+/// For a compaction of the lane or the early stack (`tag` [`IN_LANE`] or [`IN_EARLY`]), whose
+/// entry `k` is numbered `first + k`: whether each entry, taken in order, is still where its
+/// slot's cell says it is (a live one).
+fn still_placed(
+    cells: &[u64],
+    tag: u64,
+    first: u64,
+) -> impl FnMut(&(Instant, RequestId)) -> bool + '_ {
+    let mut number = first;
+    move |&(_, id)| {
+        let live = cells[id.slot()] == tag | number;
+        number += 1;
+        live
+    }
+}
+
+/// Records the kept entries' new numbers, from `first`, in their slots' cells.
+fn renumber<'a>(
+    kept: impl Iterator<Item = &'a (Instant, RequestId)>,
+    cells: &mut [u64],
+    tag: u64,
+    first: u64,
+) {
+    for (k, &(_, id)) in kept.enumerate() {
+        cells[id.slot()] = tag | (first + k as u64);
     }
 }
 
