@@ -128,6 +128,7 @@ impl<T> core::ops::Index<usize> for Fifo<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tests::xorshift;
     use alloc::collections::VecDeque;
 
     /// Pushes, pops, retains and takes, against a `VecDeque` doing the same: the same items in
@@ -138,9 +139,7 @@ mod tests {
         let mut model = VecDeque::new();
         let mut x = 0x2545_f491_4f6c_dd1du64;
         for step in 0..50_000u32 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            xorshift(&mut x);
             match x % 16 {
                 0..=6 => {
                     fifo.push_back(step);

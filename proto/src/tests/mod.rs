@@ -38,6 +38,14 @@ pub(crate) fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
 
+/// Moves `x` to the next number of a xorshift64 sequence: the randomized tests' cheap,
+/// reproducible source of choices (each seeds its own).
+pub(crate) fn xorshift(x: &mut u64) {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+}
+
 /// A config without jitter, so every timeout in a test is exact, and without quarantine, so a
 /// lifecycle test can fail a node as often as it likes.
 pub(crate) fn exact() -> Config {

@@ -3,6 +3,7 @@
 use alloc::format;
 
 use super::*;
+use crate::tests::xorshift;
 
 /// Whether `got` may come out next of an index holding `model`: an entry of the earliest
 /// instant and, if a node timer is due then, the least of them (the heap's key order puts
@@ -121,9 +122,7 @@ fn the_index_gives_what_a_list_of_one_entry_per_slot_gives() {
     let mut model: Vec<(Instant, TimerKey)> = Vec::new();
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     for step in 0..20_000u64 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        xorshift(&mut x);
         match x % 10 {
             0..=4 => {
                 // Few distinct instants, so ties between keys are common.
@@ -197,9 +196,7 @@ fn deep_heaps_pop_in_order_through_growing_and_shrinking_phases() {
         let mut heap = TimerHeap::default();
         let mut model: Vec<(Instant, TimerKey)> = Vec::new();
         for step in 0..6_000u32 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            xorshift(&mut x);
             // Grow for the first half, then mostly shrink.
             let push = if step < 3_000 { x % 4 != 0 } else { x % 4 == 0 };
             if push {
@@ -233,9 +230,7 @@ fn rising_deadlines_ended_in_any_order_come_out_by_instant() {
         let mut now = 0u64;
         let mut laned = 0;
         for step in 0..8_000u32 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            xorshift(&mut x);
             now += x % 3; // sometimes the same instant as the last
             match x % 8 {
                 0..=3 => {
