@@ -3,7 +3,8 @@
 //! caller's waker through an `AtomicWaker`, and who left or bound what through one atomic
 //! byte of flags that each end sets with a single `fetch_or`.
 //!
-//! About half the instructions of tokio's `oneshot`: no cooperative-budget bookkeeping. A
+//! It replaced tokio's `oneshot`, whose polls paid cooperative-budget bookkeeping
+//! (BENCHMARKS.md, "The reply slot: keepwire's own one-shot, and no send-key map"). A
 //! send allocates no slot in steady state: the caller's end gives its slot back to the
 //! client's spares once the call is over and nothing else holds it ([`Spares`]), and the next
 //! call takes it from there.
@@ -18,7 +19,8 @@
 //! The caller takes the answer only after it read that the driver's end is gone, which that
 //! end says only after its push: the two never meet on the queue's slot, and neither end ever
 //! waits for the other. The slot used to be behind a mutex (four uncontended locks per call):
-//! a driver preempted while holding it on one core stalled the caller polling on the other.
+//! a driver preempted while holding it on one core could stall the caller polling on the
+//! other.
 
 use std::fmt;
 use std::future::Future;
@@ -542,9 +544,10 @@ mod tests {
         );
     }
 
-    /// Answers racing callers that leave: every answer is dropped exactly once, whether the
-    /// caller took it, or it stayed in the slot until the slot was emptied for a next call or
-    /// freed.
+    /// Answers racing callers that leave: every answer is dropped exactly once, and by the
+    /// time both ends are done with the call (the driver dropped it, or it was emptied from
+    /// the slot as the slot went back to the spares, or freed with the slot): none waits in
+    /// a spare slot.
     #[test]
     fn an_answer_racing_a_caller_that_leaves_is_dropped_exactly_once() {
         struct Counted(Arc<AtomicUsize>);
@@ -556,7 +559,7 @@ mod tests {
         let drops = Arc::new(AtomicUsize::new(0));
         let spares = Arc::new(Spares::<Counted>::new());
         let trials = 2_000;
-        for _ in 0..trials {
+        for trial in 0..trials {
             let (tx, mut rx) = spares.reply();
             let caller_spares = Arc::clone(&spares);
             let start = Arc::new(std::sync::Barrier::new(2));
@@ -569,6 +572,11 @@ mod tests {
             start.wait();
             answer(tx, Counted(Arc::clone(&drops)));
             caller.join().unwrap();
+            assert_eq!(
+                drops.load(Ordering::SeqCst),
+                trial + 1,
+                "trial {trial}: the answer outlived its call (kept in a spare slot?)"
+            );
         }
         drop(spares);
         assert_eq!(drops.load(Ordering::SeqCst), trials);
