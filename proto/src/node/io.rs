@@ -113,6 +113,7 @@ impl Node {
     /// Puts the frame of `id`, whose request (if any) already says it is queued as the next
     /// frame, in the outbound queue; `counted` says whether it counts among the node's
     /// requests (a heartbeat's does not).
+    #[inline(always)]
     fn queue_frame(
         &mut self,
         sink: &mut Sink<'_>,
