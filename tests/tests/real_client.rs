@@ -1,6 +1,7 @@
 //! The client API on real sockets, on every runtime: node commands (disable, enable with
 //! eviction, epoch change, removal), cancellation by dropping a send, a handshake that hangs
-//! past the setup deadline, and shutdown ending everything (at once, or gracefully).
+//! past the setup deadline, shutdown ending everything (at once, or gracefully), and where a
+//! connection's answers are read into.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -348,7 +349,49 @@ async fn each_client_is_seeded_from_entropy_unless_a_seed_is_set(runtime: Arc<dy
     }
 }
 
+/// How far `later` starts past `earlier`, in bytes (`None` when it starts before it).
+fn offset(earlier: &[u8], later: &[u8]) -> Option<usize> {
+    (later.as_ptr() as usize).checked_sub(earlier.as_ptr() as usize)
+}
+
+/// A lone connection keeps its read chunk between answers: its next answer is read in right
+/// behind the last one, which the test still holds. With a second connection open, a
+/// connection left with nothing in flight gives its chunk back for the other one, and, the
+/// answers cut from it still held, its next answer lands in another chunk.
+async fn a_lone_connection_keeps_its_read_chunk_and_one_of_two_gives_it_back(
+    runtime: Arc<dyn Runtime>,
+) {
+    const CHUNK: usize = 64 * 1024;
+    let (one, two) = (Peer::start(Behaviour::Echo), Peer::start(Behaviour::Echo));
+    let client = ClientBuilder::new(test_config())
+        .node(one.addr())
+        .build(runtime)
+        .unwrap();
+    let node = client.initial_nodes()[0];
+    let ping = |node| client.send(Target::Node(node), &b"ping"[..], Duration::from_secs(5));
+    let first = ping(node).await.unwrap();
+    let second = ping(node).await.unwrap();
+    let behind = offset(&first, &second);
+    assert!(
+        behind.is_some_and(|o| o > 0 && o < 64),
+        "the second answer starts {behind:?} bytes past the first: not right behind it"
+    );
+
+    let other = client.add_node(two.addr()).await.unwrap();
+    assert_eq!(ping(other).await.as_deref(), Ok(&b"ping"[..]));
+    let third = ping(node).await.unwrap();
+    let fourth = ping(node).await.unwrap();
+    let behind = offset(&third, &fourth);
+    assert!(
+        behind.is_none_or(|o| o > CHUNK / 2),
+        "the fourth answer starts {behind:?} bytes past the third: read into the same chunk"
+    );
+    drop((first, second, third, fourth));
+    client.shutdown().await;
+}
+
 test_on_every_runtime!(
+    a_lone_connection_keeps_its_read_chunk_and_one_of_two_gives_it_back,
     each_client_is_seeded_from_entropy_unless_a_seed_is_set,
     a_graceful_shutdown_lets_sent_requests_run_to_their_own_end,
     connect_on_a_quarantined_node_says_why_it_is_refused,

@@ -2,7 +2,8 @@
 //! 64 KiB chunk; once nothing is in flight on it, the chunk goes back to the driver's few
 //! recycled ones (at most 32), and reads that find nothing (or an unexpected byte) go through
 //! the driver's scratch buffer. A client with many quiet connections therefore keeps about
-//! the memory of those recycled chunks, not 64 KiB per connection.
+//! the memory of those recycled chunks, not 64 KiB per connection. (A lone connection keeps
+//! its chunk: there is no other connection to give it to; `real_client.rs` checks both.)
 //!
 //! Measured with a counting allocator (live bytes), so this file holds one test, and its
 //! peers are `peers::batch_echo`: a `peers::Peer` keeps a 64 KiB read buffer per connection
