@@ -89,6 +89,9 @@ pub(super) struct OpenConn {
     /// Decoding paused with the round's slice answered: the next round decodes what is
     /// buffered before it reads.
     paused: bool,
+    /// Whether the pool was last told that part of a response is buffered. While it was not,
+    /// telling it so again would change nothing (no frame timer runs), and is skipped.
+    partial: bool,
     /// The waker its stream is read with, and whether it woke since the last read.
     read_wake: ReadWake,
 }
@@ -108,6 +111,7 @@ impl OpenConn {
             decoder,
             unreported: Vec::new(),
             paused: false,
+            partial: false,
             read_wake: ReadWake::new(wakeups, conn),
         }
     }
@@ -388,7 +392,10 @@ impl Driver {
                     if !partial && shared && self.pool.in_flight(conn.node()) == Some(0) {
                         self.chunks.park(mem::take(&mut open.inbound));
                     }
-                    let _ = self.pool.handle_received(now, conn, partial);
+                    if partial || open.partial {
+                        open.partial = partial;
+                        let _ = self.pool.handle_received(now, conn, partial);
+                    }
                     return Decoding::Drained;
                 }
                 Err(violation) => {
