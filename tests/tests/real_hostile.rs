@@ -1,14 +1,22 @@
 //! Hostile peers, on every runtime: an oversize frame, a malformed header, an unknown
 //! correlation id and a one-byte-per-100-ms drip each end only that connection, with a clear
 //! error for every request on it, while a second, healthy node in the same client keeps
-//! serving on its original connection.
+//! serving on its original connection. And the frame timeout's other side: a message that
+//! arrives slowly but whole, and that the decoder consumes without an answer, leaves the
+//! connection alone however long the answer then takes.
 
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::Duration;
 
-use keepwire_driver::{ClientBuilder, Runtime, SendError, Target};
+use bytes::BytesMut;
+use keepwire_driver::{
+    ClientBuilder, Codec, Correlation, Decoded, Decoder, EncodeError, LengthPrefixed, Runtime,
+    SendError, Target,
+};
 use keepwire_proto::{Sent, Violation};
-use keepwire_tests::peers::{Behaviour, Peer};
+use keepwire_tests::peers::{Behaviour, Peer, read_frame};
 use keepwire_tests::{sleep, spawn, test_config, test_on_every_runtime};
 
 const MAX_FRAME: u32 = 1024 * 1024;
@@ -144,9 +152,93 @@ async fn a_dripping_peer_ends_only_that_connection(runtime: Arc<dyn Runtime>) {
     .await;
 }
 
+/// The correlation id of a notice: a message the server sends on its own, which answers no
+/// request (as PostgreSQL's `NoticeResponse`).
+const NOTICE: u64 = u64::MAX;
+
+/// The built-in framing, whose decoder consumes notices and hands over only answers.
+#[derive(Debug, Clone, Copy)]
+struct WithNotices;
+
+impl Codec for WithNotices {
+    fn correlation(&self) -> Correlation {
+        LengthPrefixed::default().correlation()
+    }
+
+    fn encode(
+        &self,
+        payload: &[u8],
+        id: Option<u64>,
+        dst: &mut BytesMut,
+    ) -> Result<(), EncodeError> {
+        LengthPrefixed::default().encode(payload, id, dst)
+    }
+
+    fn decoder(&self) -> Box<dyn Decoder> {
+        Box::new(*self)
+    }
+}
+
+impl Decoder for WithNotices {
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, Violation> {
+        loop {
+            match LengthPrefixed::default().decode(buf)? {
+                Some(Decoded::Tagged { id: NOTICE, .. }) => {}
+                decoded => return Ok(decoded),
+            }
+        }
+    }
+}
+
+/// A server that takes one request, sends a notice in two pieces 20 ms apart, stays quiet
+/// for three frame timeouts, then answers. Its address.
+fn notice_then_late_answer() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let (id, payload) = read_frame(&mut stream).unwrap();
+        let notice = LengthPrefixed::frame(NOTICE, b"a notice").unwrap();
+        let (head, tail) = notice.split_at(6);
+        stream.write_all(head).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        stream.write_all(tail).unwrap();
+        std::thread::sleep(3 * FRAME_TIMEOUT);
+        let answer = LengthPrefixed::frame(id, &payload).unwrap();
+        stream.write_all(&answer).unwrap();
+        let _ = stream.read(&mut [0; 1]); // until the client closes
+    });
+    addr
+}
+
+/// Part of a notice starts the frame timeout; the rest of it, consumed by the decoder with no
+/// answer, must stop it, or the quiet wait for the answer that follows reads as a response
+/// arriving too slowly.
+async fn a_whole_message_without_an_answer_stops_the_frame_timeout(runtime: Arc<dyn Runtime>) {
+    let client = ClientBuilder::new(test_config())
+        .node(notice_then_late_answer())
+        .codec(WithNotices)
+        .frame_timeout(FRAME_TIMEOUT)
+        .build(Arc::clone(&runtime))
+        .unwrap();
+    let node = client.initial_nodes()[0];
+    let answer = client
+        .send(
+            Target::Node(node),
+            &b"patience"[..],
+            Duration::from_secs(10),
+        )
+        .await;
+    assert_eq!(answer.as_deref(), Ok(&b"patience"[..]));
+    let counters = client.counters().await.unwrap();
+    assert_eq!(counters.protocol_violations, 0, "{counters:?}");
+    client.shutdown().await;
+}
+
 test_on_every_runtime!(
     an_oversize_frame_ends_only_that_connection,
     a_malformed_header_ends_only_that_connection,
     an_unknown_correlation_id_ends_only_that_connection,
     a_dripping_peer_ends_only_that_connection,
+    a_whole_message_without_an_answer_stops_the_frame_timeout,
 );
