@@ -335,6 +335,46 @@ fn a_lane_ended_from_the_middle_is_compacted_and_keeps_its_order() {
 }
 
 #[test]
+fn an_early_stack_ended_from_below_its_top_is_compacted_and_keeps_its_order() {
+    let key = |i: u32| TimerKey::Request(RequestId::new(i, 0));
+    let mut heap = TimerHeap::default();
+    // The first deadline goes to the lane; each later one is earlier than every other, so
+    // all 500 go onto the early stack, key 1 at the bottom and key 500 on top.
+    heap.schedule(Instant::from_secs(1_000), key(0));
+    for i in 1..=500 {
+        heap.schedule(Instant::from_secs(u64::from(1_000 - i)), key(i));
+    }
+    assert_eq!(
+        (heap.lane_live, heap.early_live, heap.requests.entries.len()),
+        (1, 500, 0),
+        "all but the first on the early stack"
+    );
+    // End everything on the stack but its bottom and its top: the dead ones wait below the
+    // live top until they outnumber the live ones by more than the slack, and compaction
+    // takes them out, as in the lane.
+    let mut compactions = 0;
+    for i in 2..500 {
+        let before = heap.early.len();
+        heap.cancel(key(i));
+        assert!(
+            heap.early.len() <= 2 * heap.early_live + LANE_SLACK,
+            "at {i}"
+        );
+        compactions += usize::from(heap.early.len() < before);
+    }
+    assert!(heap.positions_agree());
+    assert_eq!(heap.len(), 3);
+    // Compacted at 217 live (500 > 2 x 217 + 64), at 76 (217 > 2 x 76 + 64) and at 5
+    // (76 > 2 x 5 + 64), leaving those 2 live and the 3 ended since.
+    assert_eq!((compactions, heap.early.len()), (3, 5));
+    let order: Vec<_> = core::iter::from_fn(|| heap.pop()).collect();
+    let expected =
+        [(500, 500), (999, 1), (1_000, 0)].map(|(at, i)| (Instant::from_secs(at), key(i)));
+    assert_eq!(order, expected);
+    assert!(heap.positions_agree());
+}
+
+#[test]
 fn a_deadline_earlier_than_all_others_takes_its_place_among_the_heaps_in_key_order() {
     let request = |slot: u32| TimerKey::Request(RequestId::new(slot, 0));
     let mut heap = TimerHeap::default();
