@@ -374,6 +374,54 @@ fn an_early_stack_ended_from_below_its_top_is_compacted_and_keeps_its_order() {
     assert!(heap.positions_agree());
 }
 
+/// A heap entry cancelled below the top is replaced by the last one, sifted down among the
+/// hole's own children only: an earlier entry of a cousin's subtree (next to them in the
+/// array) stays where it is, under its own parent.
+#[test]
+fn an_entry_cancelled_from_the_middle_is_replaced_from_the_holes_own_children() {
+    let key = |n: u32| {
+        let node = NodeId {
+            index: n,
+            generation: 0,
+        };
+        TimerKey::Node(node, NodeTimer::Setup)
+    };
+    // A heap laid out in array order (each entry no earlier than its parent stays where it is
+    // pushed): position 1 holds 100 s, its child 5 holds 101 s with children 21..=24 at
+    // 200..=203 s, and position 20 (a child of 4, beside 5's children) holds 50 s.
+    let mut secs = [0, 100, 1, 2, 3, 101, 110, 111, 112].to_vec();
+    secs.extend([
+        10, 11, 12, 13, 20, 21, 22, 23, 30, 31, 32, 50, 200, 201, 202, 203,
+    ]);
+    let mut heap = TimerHeap::default();
+    for (n, &s) in secs.iter().enumerate() {
+        heap.schedule(Instant::from_secs(s), key(n as u32));
+    }
+    let at = |i: usize| heap.nodes.entries[i].0;
+    assert_eq!(
+        [at(1), at(5), at(20)],
+        [100, 101, 50].map(Instant::from_secs)
+    );
+    // 101 s goes: the last entry (203 s) fills its place and moves down under 200 s.
+    heap.cancel(key(5));
+    let at = |i: usize| heap.nodes.entries[i].0;
+    assert_eq!(
+        [at(5), at(20), at(21)],
+        [200, 50, 203].map(Instant::from_secs)
+    );
+    assert!(heap.positions_agree());
+    let order: Vec<_> = core::iter::from_fn(|| heap.pop()).map(|e| e.0).collect();
+    let mut expected: Vec<_> = secs.iter().filter(|&&s| s != 101).copied().collect();
+    expected.sort_unstable();
+    assert_eq!(
+        order,
+        expected
+            .into_iter()
+            .map(Instant::from_secs)
+            .collect::<Vec<_>>()
+    );
+}
+
 #[test]
 fn a_deadline_earlier_than_all_others_takes_its_place_among_the_heaps_in_key_order() {
     let request = |slot: u32| TimerKey::Request(RequestId::new(slot, 0));
