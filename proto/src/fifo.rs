@@ -182,6 +182,30 @@ mod tests {
         }
     }
 
+    /// A window of 20 that slides (one push, one pop) keeps what it read until it is three
+    /// quarters of the buffer (60 read, 80 held), then drops it, every 60 reads; a small
+    /// window keeps what it read until the slack (32 read) is reached, even past three
+    /// quarters.
+    #[test]
+    fn a_sliding_queue_drops_what_it_read_at_three_quarters_of_its_buffer_and_the_slack() {
+        for (window, every) in [(20u32, 60), (4, 32)] {
+            let mut fifo = Fifo::new();
+            for item in 0..window {
+                fifo.push_back(item);
+            }
+            let mut drops = 0;
+            for item in window..window + 10 * every {
+                fifo.push_back(item);
+                assert_eq!(fifo.pop_front(), Some(item - window));
+                let read = (item - window + 1) % every;
+                assert_eq!(fifo.start, read as usize, "window {window}, item {item}");
+                assert_eq!(fifo.items.len(), (window + read) as usize);
+                drops += usize::from(read == 0);
+            }
+            assert_eq!(drops, 10, "window {window}");
+        }
+    }
+
     #[test]
     fn an_emptied_queue_starts_again_at_the_beginning_of_its_buffer() {
         let mut fifo = Fifo::new();
