@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Instructions per request through a whole client, counted by callgrind: the client bench
 # (`tests/benches/client/`) run under valgrind for one cell and one client, its whole process
-# (callers, driver, runtime, the echo server's threads and the bench's own bookkeeping, the
-# same for every client) divided by the requests it made. Exact and independent of the
-# machine's load, unlike the bench's wall-clock table (BENCHMARKS.md, the client section).
+# (callers, driver, runtime, the echo server's threads, the same for every client), what a
+# 3 s run spends beyond a 1 s run divided by the requests it made beyond it. Independent of
+# the machine's load, unlike the bench's wall-clock table (BENCHMARKS.md, the client section).
 #
 # Usage: scripts/client-instructions.sh [RUNTIME] [IN_FLIGHT] [CLIENT] [SIZE]
 #   RUNTIME    ct, mt or smol (default ct)
@@ -11,9 +11,10 @@
 #   CLIENT     A (keepwire), B or C (the hand-written ones; default A)
 #   SIZE       payload bytes (default 64)
 # CLIENT_BENCH=path runs that built bench binary instead of building one. Needs valgrind
-# (callgrind_annotate comes with it). Takes about half a minute per cell.
+# (callgrind_annotate comes with it). Takes about a minute per cell.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/callgrind.sh
 
 rt=${1:-ct}
 in_flight=${2:-1}
@@ -27,11 +28,8 @@ if [ -z "$bin" ]; then
 fi
 [ -x "$bin" ] || { echo "no client benchmark binary at '$bin'" >&2; exit 1; }
 
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
-
-valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$out" "$bin" --bench \
-  rt="$rt" size="$size" inflight="$in_flight" clients="$client" rounds=1 ms=3000 >/dev/null 2>&1
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
 
 # keepwire submits each request to its pool once; the hand-written clients answer each with
 # one oneshot send.
@@ -39,19 +37,16 @@ case $client in
   A) per_request='Pool::submit' ;;
   *) per_request='oneshot::Sender<T>::send' ;;
 esac
-requests=$(awk -v want="$per_request" '
-  /^c?fn=\(/ {
-    id = $1; sub(/^c?fn=/, "", id)
-    name = $0; sub(/^c?fn=\([0-9]+\) ?/, "", name)
-    if (name != "") names[id] = name
-    if ($0 ~ /^cfn=/) callee = id
-    next
-  }
-  /^calls=/ {
-    n = $1; sub(/^calls=/, "", n)
-    if (index(names[callee], want) > 0) total += n
-  }
-  END { print total + 0 }' "$out")
-total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
-[ "$requests" -gt 0 ] || { echo "no requests counted" >&2; exit 1; }
-echo "rt=$rt inflight=$in_flight size=$size client=$client: $((total / requests)) instructions per request ($requests requests)"
+
+# Two runs, of 1 s and 3 s: the difference leaves out what the process spends once (start-up,
+# warm-up, the bench's own report), which a single run would spread over however many
+# requests the machine's speed under valgrind let it make.
+for ms in 1000 3000; do
+  valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$out/$ms" "$bin" --bench \
+    rt="$rt" size="$size" inflight="$in_flight" clients="$client" rounds=1 ms="$ms" \
+    >/dev/null 2>&1
+done
+requests=$(($(calls_to "$out/3000" "$per_request") - $(calls_to "$out/1000" "$per_request")))
+total=$(($(total_instructions "$out/3000") - $(total_instructions "$out/1000")))
+[ "$requests" -gt 0 ] || { echo "no more requests in the longer run" >&2; exit 1; }
+echo "rt=$rt inflight=$in_flight size=$size client=$client: $((total / requests)) instructions per request (over the $requests requests the longer run made beyond the shorter)"

@@ -9,6 +9,7 @@
 # Needs valgrind (callgrind_annotate comes with it). Takes about 1.5 min.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/callgrind.sh
 
 bin=${1:-}
 if [ -z "$bin" ]; then
@@ -20,23 +21,6 @@ fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-# The calls recorded to functions whose name contains $2, in callgrind's output $1.
-calls_to() {
-  awk -v want="$2" '
-    /^c?fn=\(/ {
-      id = $1; sub(/^c?fn=/, "", id)
-      name = $0; sub(/^c?fn=\([0-9]+\) ?/, "", name)
-      if (name != "") names[id] = name
-      if ($0 ~ /^cfn=/) callee = id
-      next
-    }
-    /^calls=/ {
-      n = $1; sub(/^calls=/, "", n)
-      if (index(names[callee], want) > 0) total += n
-    }
-    END { print total + 0 }' "$1"
-}
-
 for spec in \
   "lifecycle::keepwire_once 0 request_lifecycle/keepwire/0" \
   "lifecycle::keepwire_once 1000 request_lifecycle/keepwire/1000" \
@@ -47,7 +31,7 @@ for spec in \
   LIFECYCLE_SIZE=$2 valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$file" \
     --toggle-collect="$1" "$bin" --bench --warm-up-time 0.1 --measurement-time 0.3 \
     --sample-size 10 "$3" >/dev/null 2>&1
-  total=$(callgrind_annotate "$file" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
+  total=$(total_instructions "$file")
   calls=$(calls_to "$file" 'Pool::submit')
   echo "$3: $((total / calls)) instructions per request ($calls requests)"
 done

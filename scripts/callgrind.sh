@@ -1,0 +1,23 @@
+# Helpers for reading callgrind's output, sourced by instructions.sh and client-instructions.sh.
+
+# The calls recorded to functions whose name contains $2, in callgrind's output $1.
+calls_to() {
+  awk -v want="$2" '
+    /^c?fn=\(/ {
+      id = $1; sub(/^c?fn=/, "", id)
+      name = $0; sub(/^c?fn=\([0-9]+\) ?/, "", name)
+      if (name != "") names[id] = name
+      if ($0 ~ /^cfn=/) callee = id
+      next
+    }
+    /^calls=/ {
+      n = $1; sub(/^calls=/, "", n)
+      if (index(names[callee], want) > 0) total += n
+    }
+    END { print total + 0 }' "$1"
+}
+
+# Every instruction recorded in callgrind's output $1.
+total_instructions() {
+  callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }'
+}
