@@ -221,6 +221,32 @@ impl<E: Clone> Subscription<E> {
     }
 }
 
+/// A waker that counts how often it was woken, for the tests of the driver's hand-offs.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(crate) struct WakeCount(std::sync::atomic::AtomicUsize);
+
+#[cfg(test)]
+impl WakeCount {
+    /// A fresh count and a waker that adds to it.
+    pub(crate) fn waker() -> (std::sync::Arc<Self>, Waker) {
+        let count = std::sync::Arc::new(Self::default());
+        (std::sync::Arc::clone(&count), Waker::from(count))
+    }
+
+    /// The wakes so far.
+    pub(crate) fn count(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+impl std::task::Wake for WakeCount {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,17 +295,8 @@ mod tests {
 
     #[test]
     fn each_command_queued_wakes_the_driver_and_a_closed_queue_hands_commands_back() {
-        struct Count(std::sync::atomic::AtomicUsize);
-        impl std::task::Wake for Count {
-            fn wake(self: std::sync::Arc<Self>) {
-                self.wake_by_ref();
-            }
-            fn wake_by_ref(self: &std::sync::Arc<Self>) {
-                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            }
-        }
-        let wakes = std::sync::Arc::new(Count(Default::default()));
-        let (outbox, mut inbox) = command_queue(Waker::from(std::sync::Arc::clone(&wakes)));
+        let (wakes, wake) = WakeCount::waker();
+        let (outbox, mut inbox) = command_queue(wake);
         let mut taken = Vec::new();
         let waker = Waker::noop();
         assert_eq!(
@@ -289,7 +306,7 @@ mod tests {
         for command in 1..=3 {
             outbox.send(command).unwrap();
         }
-        assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 3);
+        assert_eq!(wakes.count(), 3);
         assert_eq!(
             take_commands(&mut inbox, waker, &mut taken, 2),
             Taken::Limit
@@ -316,7 +333,7 @@ mod tests {
         outbox.send(4).unwrap();
         inbox.close();
         assert_eq!(outbox.send(5), Err(5), "handed back once closed");
-        assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 14);
+        assert_eq!(wakes.count(), 14);
         assert_eq!(inbox.try_recv(), Ok(4));
         drop(outbox);
         assert_eq!(

@@ -183,26 +183,10 @@ impl ReadWake {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicUsize;
-
     use keepwire_proto::{Config, Instant, Pool};
 
     use super::*;
-
-    #[derive(Default)]
-    struct CountWakes(AtomicUsize);
-
-    impl Wake for CountWakes {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    impl CountWakes {
-        fn count(&self) -> usize {
-            self.0.load(Ordering::SeqCst)
-        }
-    }
+    use crate::sync::WakeCount;
 
     /// Two connection ids, from a pool (nothing else makes them).
     fn conns() -> (ConnId, ConnId) {
@@ -225,7 +209,7 @@ mod tests {
     #[test]
     fn a_wake_lists_its_connection_once_and_wakes_the_task() {
         let wakeups = Arc::new(Wakeups::default());
-        let task = Arc::new(CountWakes::default());
+        let task = Arc::new(WakeCount::default());
         let waker = Waker::from(Arc::clone(&task));
         wakeups.register_task(&waker);
         let (a_id, b_id) = conns();
@@ -272,8 +256,8 @@ mod tests {
         assert!(read.take());
 
         let (first, second) = (
-            Arc::new(CountWakes::default()),
-            Arc::new(CountWakes::default()),
+            Arc::new(WakeCount::default()),
+            Arc::new(WakeCount::default()),
         );
         wakeups.register_task(&Waker::from(Arc::clone(&first)));
         wakeups.register_task(&Waker::from(Arc::clone(&second)));
@@ -302,7 +286,7 @@ mod tests {
     #[test]
     fn the_inbox_waker_marks_the_inbox_alone_and_wakes_the_task() {
         let wakeups = Arc::new(Wakeups::default());
-        let task = Arc::new(CountWakes::default());
+        let task = Arc::new(WakeCount::default());
         wakeups.register_task(&Waker::from(Arc::clone(&task)));
         assert!(wakeups.take_inbox(), "the first round asks the inbox");
         assert!(!wakeups.take_inbox());

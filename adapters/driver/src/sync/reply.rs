@@ -279,9 +279,9 @@ impl<T> fmt::Debug for ReplyReceiver<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::WakeCount;
     use futures_lite::future::{block_on, poll_once};
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::task::{Wake, Waker};
 
     fn request(n: u64) -> RequestId {
         RequestId::from_u64(n)
@@ -303,8 +303,8 @@ mod tests {
 
     #[test]
     fn a_reply_polled_from_another_task_wakes_that_task() {
-        let (first, first_waker) = counting_waker();
-        let (second, second_waker) = counting_waker();
+        let (first, first_waker) = WakeCount::waker();
+        let (second, second_waker) = WakeCount::waker();
         let (tx, mut rx) = reply::<u32>();
         let mut cx = Context::from_waker(&first_waker);
         assert!(Pin::new(&mut rx).poll(&mut cx).is_pending());
@@ -312,10 +312,7 @@ mod tests {
         assert!(Pin::new(&mut rx).poll(&mut cx).is_pending());
         answer(tx, 4);
         assert_eq!(
-            (
-                first.0.load(Ordering::SeqCst),
-                second.0.load(Ordering::SeqCst)
-            ),
+            (first.count(), second.count()),
             (0, 1),
             "only the task that polled last is woken"
         );
@@ -331,22 +328,9 @@ mod tests {
         assert_eq!(format!("{rx:?}"), "ReplyReceiver { done: true, .. }");
     }
 
-    struct Count(AtomicUsize);
-
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    fn counting_waker() -> (Arc<Count>, Waker) {
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        (Arc::clone(&count), Waker::from(count))
-    }
-
     #[test]
     fn an_answer_after_the_first_poll_wakes_the_waiting_task_once() {
-        let (count, waker) = counting_waker();
+        let (count, waker) = WakeCount::waker();
         let mut cx = Context::from_waker(&waker);
         let (tx, mut rx) = reply::<u32>();
         assert!(Pin::new(&mut rx).poll(&mut cx).is_pending());
@@ -354,9 +338,9 @@ mod tests {
             Pin::new(&mut rx).poll(&mut cx).is_pending(),
             "polled again, same task"
         );
-        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+        assert_eq!(count.count(), 0);
         answer(tx, 3);
-        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(count.count(), 1);
         assert_eq!(Pin::new(&mut rx).poll(&mut cx), Poll::Ready(Ok(3)));
         assert_eq!(rx.abandon(), None, "answered: nothing to cancel");
     }
