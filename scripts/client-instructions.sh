@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Instructions per request through a whole client, counted by callgrind: the client bench
-# (`tests/benches/client/`) run under valgrind for one cell and one client, its whole process
+# (`benches/client/`) run under valgrind for one cell and one client, its whole process
 # (callers, driver, runtime, the echo server's threads, the same for every client), what a
 # 3 s run spends beyond a 1 s run divided by the requests it made beyond it. Independent of
 # the machine's load, unlike the bench's wall-clock table (BENCHMARKS.md, the client section).
@@ -23,7 +23,7 @@ size=${4:-64}
 
 bin=${CLIENT_BENCH:-}
 if [ -z "$bin" ]; then
-  bin=$(cargo bench -p keepwire-tests --bench client --no-run --message-format=json 2>/dev/null |
+  bin=$(cargo bench -p keepwire-benches --bench client --no-run --message-format=json 2>/dev/null |
     sed -n 's/.*"executable":"\([^"]*client-[^"]*\)".*/\1/p' | tail -1)
 fi
 [ -x "$bin" ] || { echo "no client benchmark binary at '$bin'" >&2; exit 1; }

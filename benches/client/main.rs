@@ -1,5 +1,9 @@
 //! keepwire's `Client::send` side by side with the hand-written clients it replaces, in the
-//! same run: `cargo bench -p keepwire-tests --bench client`.
+//! same run: `cargo bench -p keepwire-benches --bench client`.
+//!
+//! This package builds keepwire as a user who adds `keepwire-tokio` and `keepwire-smol` gets
+//! it: their default features (tracing on; metrics, tower and TLS off), not the test suite's
+//! union of every feature. The metrics feature's own cost is measured apart (BENCHMARKS.md).
 //!
 //! - **A**: keepwire (`keepwire_tokio::client`, or `keepwire_smol::client` on smol), requests
 //!   pinned to the one node with a 10 s timeout each.
@@ -46,7 +50,7 @@ use bytes::{Bytes, BytesMut};
 use keepwire_driver::LengthPrefixed;
 use keepwire_tokio::{Config, Target};
 
-#[path = "../../../proto/benches/support/counting.rs"]
+#[path = "../../proto/benches/support/counting.rs"]
 mod counting;
 
 mod echo;
