@@ -3,7 +3,7 @@
 //! yields, so they run before its next round; it used to loop on, and on an executor that
 //! runs a just-woken task next (tokio's multi-thread scheduler and its LIFO slot) each
 //! caller's send then woke the driver straight into a round of its own: one write per
-//! request. And a round hands the pool about a third of a connection's requests in flight,
+//! request. And a round hands the pool about half of a connection's requests in flight,
 //! leaving the rest of a batch of answers buffered for the next round, so the first callers'
 //! next requests are written while the rest are still being answered (before, the whole batch
 //! was answered first, and the peer sat idle meanwhile).
@@ -41,8 +41,8 @@ const PAYLOAD: &[u8] = b"a request of 32 bytes, padded..";
 #[test]
 fn the_callers_a_round_answers_send_their_next_requests_in_one_write() {
     // Two callers are already a batch worth yielding for, and fewer than a slice (at least
-    // four); eight are answered four at a time; 64 a third at a time, rounded up.
-    for (callers, slices) in [(2, &[2][..]), (8, &[4, 4]), (64, &[22, 22, 20])] {
+    // four); eight are answered four at a time; 64 and 12 half at a time, rounded up.
+    for (callers, slices) in [(2, &[2][..]), (8, &[4, 4]), (12, &[6, 6]), (64, &[32, 32])] {
         callers_send_each_slice_in_one_write(callers, slices);
     }
 }

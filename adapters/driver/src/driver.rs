@@ -756,7 +756,7 @@ impl Future for Driver {
     /// `tests/tests/real_batching.rs`). A lone answer does not yield: that would cost a poll
     /// and, on tokio, a wake of a parked worker (two `futex` calls per request at 1 in flight)
     /// for no batch. A round answers at most a slice of what a connection has buffered (about
-    /// a third of its requests in flight; `conn_io`), so a batch of answers is answered over
+    /// half of its requests in flight; `conn_io`), so a batch of answers is answered over
     /// several polls, and the first callers' next requests are written before the last
     /// callers are answered.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {

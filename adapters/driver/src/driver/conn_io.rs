@@ -50,15 +50,20 @@ const READ_BUDGET: usize = 64;
 const MIN_READ: usize = 16 * 1024;
 /// A round answers about this fraction (one in `ANSWER_SLICES`) of a connection's requests in
 /// flight before it leaves the rest of the buffered responses to the next round.
-const ANSWER_SLICES: usize = 3;
+const ANSWER_SLICES: usize = 2;
 /// The fewest responses a round hands the pool per connection before it may pause.
 const MIN_ANSWER_SLICE: usize = 4;
 
 /// How many responses a round hands the pool from a connection of a node with `in_flight`
-/// requests before it pauses: a third, rounded up (64 in flight: 22, 22, 20). Measured at 64 B,
-/// 16 to 128 in flight, on tokio's current_thread runtime and smol, a third beat a half (fewer,
-/// larger slices) and a sixth (more rounds and writes per request), and answering whole
-/// batches was slowest by far (BENCHMARKS.md, "Answering a batch a slice at a time").
+/// requests before it pauses: a half, rounded up (64 in flight: 32 and 32).
+///
+/// The best slice depends on what a sleeping core costs to wake, which differs between
+/// machines (and between hours on the same VM). Where a wake cost about 50 µs, answering whole
+/// batches left the peer idle through each of the client's turns and was slowest by far, and a
+/// third beat a half (BENCHMARKS.md, "Answering a batch a slice at a time"); where a wake is
+/// cheap, every extra slice is one more write and one more round per batch, and a third was
+/// the slowest of the three, whole batches and halves level (BENCHMARKS.md, "Halves, not
+/// thirds"). A half is within a few per cent of the best in both.
 fn answer_slice(in_flight: usize) -> usize {
     in_flight.div_ceil(ANSWER_SLICES).max(MIN_ANSWER_SLICE)
 }
