@@ -88,6 +88,13 @@ pub(super) fn plain() -> Parts<
 }
 
 /// How C bounds its wait for an answer on a runtime.
+/// A hand-written client's writer and reader tasks, on whichever runtime.
+pub(super) trait Finish {
+    /// Once the callers' queue is dropped: the writer ends (closing the socket's write side),
+    /// then the reader is stopped.
+    fn finish(self) -> impl Future<Output = ()>;
+}
+
 pub(super) trait Timeout: Clone + Send + Sync + 'static {
     /// The answer, or `None` once [`TIMEOUT`] has passed.
     fn within(

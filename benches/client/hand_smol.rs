@@ -17,10 +17,8 @@ pub(super) struct Tasks {
     reader: smol::Task<()>,
 }
 
-impl Tasks {
-    /// Once the callers' queue is dropped: the writer ends (closing the socket's write
-    /// side), then the reader is stopped.
-    pub(super) async fn finish(self) {
+impl hand::Finish for Tasks {
+    async fn finish(self) {
         self.writer.await;
         let _ = self.reader.cancel().await;
     }

@@ -13,10 +13,8 @@ pub(super) struct Tasks {
     reader: JoinHandle<()>,
 }
 
-impl Tasks {
-    /// Once the callers' queue is dropped: the writer ends (closing the socket's write
-    /// side), then the reader is stopped.
-    pub(super) async fn finish(self) {
+impl hand::Finish for Tasks {
+    async fn finish(self) {
         let _ = self.writer.await;
         self.reader.abort();
         let _ = self.reader.await;

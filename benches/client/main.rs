@@ -464,7 +464,7 @@ async fn load(
     tallies
 }
 
-// ---- the clients on tokio ----
+// ---- the clients ----
 
 async fn tokio_run(
     kind: Kind,
@@ -479,39 +479,75 @@ async fn tokio_run(
                 .node(addr)
                 .nodes(idle.iter().copied())
                 .build()?;
-            let caller = Keepwire::new(client.clone());
-            caller.open_idle().await?;
-            let run = measure(&caller, &Tokio, cell, phase).await;
-            client.shutdown().await;
-            run
+            keepwire_run(client, &Tokio, cell, phase).await?
         }
-        Kind::B => {
-            let (caller, tasks) = hand_tokio::connect(addr).await?;
-            let mut quiet = Vec::new();
-            for &addr in idle {
-                quiet.push(open_idle(hand_tokio::connect(addr).await?).await?);
-            }
-            let run = measure(&caller, &Tokio, cell, phase).await;
-            for (caller, tasks) in std::iter::once((caller, tasks)).chain(quiet) {
-                drop(caller);
-                tasks.finish().await;
-            }
-            run
-        }
+        Kind::B => hand_run(hand_tokio::connect, addr, idle, &Tokio, cell, phase).await?,
         Kind::C => {
-            let (caller, tasks) = hand_tokio::connect_with_timeouts(addr).await?;
-            let mut quiet = Vec::new();
-            for &addr in idle {
-                quiet.push(open_idle(hand_tokio::connect_with_timeouts(addr).await?).await?);
-            }
-            let run = measure(&caller, &Tokio, cell, phase).await;
-            for (caller, tasks) in std::iter::once((caller, tasks)).chain(quiet) {
-                drop(caller);
-                tasks.finish().await;
-            }
-            run
+            let connect = hand_tokio::connect_with_timeouts;
+            hand_run(connect, addr, idle, &Tokio, cell, phase).await?
         }
     })
+}
+
+async fn smol_run(
+    kind: Kind,
+    addr: SocketAddr,
+    idle: &[SocketAddr],
+    cell: Cell,
+    phase: Duration,
+) -> Result<Run, Box<dyn std::error::Error>> {
+    Ok(match kind {
+        Kind::A => {
+            let client = keepwire_smol::client(Config::default())
+                .node(addr)
+                .nodes(idle.iter().copied())
+                .build()?;
+            keepwire_run(client, &Smol, cell, phase).await?
+        }
+        Kind::B => hand_run(hand_smol::connect, addr, idle, &Smol, cell, phase).await?,
+        Kind::C => {
+            let connect = hand_smol::connect_with_timeouts;
+            hand_run(connect, addr, idle, &Smol, cell, phase).await?
+        }
+    })
+}
+
+/// A: every node's connection opened (the idle ones answered once), the first measured, then
+/// the client shut down.
+async fn keepwire_run(
+    client: keepwire_driver::Client,
+    exec: &impl Exec,
+    cell: Cell,
+    phase: Duration,
+) -> Result<Run, keepwire_driver::SendError> {
+    let caller = Keepwire::new(client.clone());
+    caller.open_idle().await?;
+    let run = measure(&caller, exec, cell, phase).await;
+    client.shutdown().await;
+    Ok(run)
+}
+
+/// B or C: a connection to `addr` and one to each idle server (answered once), the first
+/// measured, then every one closed (its callers' handle dropped, then its tasks finished).
+async fn hand_run<C: Caller, T: hand::Finish, F: Future<Output = io::Result<(C, T)>>>(
+    connect: impl Fn(SocketAddr) -> F,
+    addr: SocketAddr,
+    idle: &[SocketAddr],
+    exec: &impl Exec,
+    cell: Cell,
+    phase: Duration,
+) -> io::Result<Run> {
+    let busy = connect(addr).await?;
+    let mut quiet = Vec::new();
+    for &addr in idle {
+        quiet.push(open_idle(connect(addr).await?).await?);
+    }
+    let run = measure(&busy.0, exec, cell, phase).await;
+    for (caller, tasks) in std::iter::once(busy).chain(quiet) {
+        drop(caller);
+        tasks.finish().await;
+    }
+    Ok(run)
 }
 
 /// A: keepwire's `Client::send`, pinned to the one node.
@@ -553,54 +589,4 @@ impl Caller for Keepwire {
     async fn call(&self, payload: Bytes) -> Option<Bytes> {
         self.client.send(self.target, payload, TIMEOUT).await.ok()
     }
-}
-
-// ---- the clients on smol ----
-
-async fn smol_run(
-    kind: Kind,
-    addr: SocketAddr,
-    idle: &[SocketAddr],
-    cell: Cell,
-    phase: Duration,
-) -> Result<Run, Box<dyn std::error::Error>> {
-    Ok(match kind {
-        Kind::A => {
-            let client = keepwire_smol::client(Config::default())
-                .node(addr)
-                .nodes(idle.iter().copied())
-                .build()?;
-            let caller = Keepwire::new(client.clone());
-            caller.open_idle().await?;
-            let run = measure(&caller, &Smol, cell, phase).await;
-            client.shutdown().await;
-            run
-        }
-        Kind::B => {
-            let (caller, tasks) = hand_smol::connect(addr).await?;
-            let mut quiet = Vec::new();
-            for &addr in idle {
-                quiet.push(open_idle(hand_smol::connect(addr).await?).await?);
-            }
-            let run = measure(&caller, &Smol, cell, phase).await;
-            for (caller, tasks) in std::iter::once((caller, tasks)).chain(quiet) {
-                drop(caller);
-                tasks.finish().await;
-            }
-            run
-        }
-        Kind::C => {
-            let (caller, tasks) = hand_smol::connect_with_timeouts(addr).await?;
-            let mut quiet = Vec::new();
-            for &addr in idle {
-                quiet.push(open_idle(hand_smol::connect_with_timeouts(addr).await?).await?);
-            }
-            let run = measure(&caller, &Smol, cell, phase).await;
-            for (caller, tasks) in std::iter::once((caller, tasks)).chain(quiet) {
-                drop(caller);
-                tasks.finish().await;
-            }
-            run
-        }
-    })
 }
