@@ -2,6 +2,7 @@
 //! [`Events`] stream. Every call is a command to the one driver task that owns the pool and
 //! the sockets; results come back through a per-call reply.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,7 +23,8 @@ use crate::runtime::Runtime;
 use crate::service::ClientService;
 use crate::socket::{OptionReport, SocketReadback};
 use crate::sync::{
-    Hub, HubHandle, Next, Outbox, ReplyReceiver, ReplySender, Spares, Subscription, reply,
+    Hub, HubHandle, LocalSpares, Next, Outbox, ReplyReceiver, ReplySender, Slot, Spares,
+    Subscription, reply,
 };
 
 /// Builds a [`Client`]: a keepwire [`Config`], driver options and the initial nodes.
@@ -524,6 +526,17 @@ impl Drop for CancelOnDrop<'_> {
             let _ = self.handle.push(Command::Abandon(request));
         }
         self.handle.replies.recycle(&mut self.receiver);
+    }
+}
+
+/// A send's reply slots are kept on the thread that ran the call first.
+impl LocalSpares for Result<Bytes, SendError> {
+    fn with_local<R>(f: impl FnOnce(&mut Vec<Arc<Slot<Self>>>) -> R) -> Option<R> {
+        type Slots = RefCell<Vec<Arc<Slot<Result<Bytes, SendError>>>>>;
+        thread_local! {
+            static SPARES: Slots = const { RefCell::new(Vec::new()) };
+        }
+        SPARES.try_with(|spares| f(&mut spares.borrow_mut())).ok()
     }
 }
 

@@ -19,7 +19,7 @@
 
 mod reply;
 
-pub(crate) use reply::{ReplyReceiver, ReplySender, Spares, answer, reply};
+pub(crate) use reply::{LocalSpares, ReplyReceiver, ReplySender, Slot, Spares, answer, reply};
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};

@@ -6,8 +6,8 @@
 //! It replaced tokio's `oneshot`, whose polls paid cooperative-budget bookkeeping
 //! (BENCHMARKS.md, "The reply slot: keepwire's own one-shot, and no send-key map"). A
 //! send allocates no slot in steady state: the caller's end gives its slot back to the
-//! client's spares once the call is over and nothing else holds it ([`Spares`]), and the next
-//! call takes it from there.
+//! client's spares once the call is over and nothing else holds it ([`Spares`]: first the
+//! thread's own, [`LocalSpares`]), and the next call takes it from there.
 //!
 //! For a send the slot also carries the request the driver submitted for it
 //! ([`ReplySender::bind`]), so a caller that stops waiting names that request itself
@@ -42,14 +42,30 @@ pub(crate) fn reply<T>() -> (ReplySender<T>, ReplyReceiver<T>) {
 /// it allocates for the calls above it, and their slots are freed after them.
 const SPARE_SLOTS: usize = 256;
 
+/// The most spare slots a thread keeps of one reply type ([`LocalSpares`]), before a call
+/// that is over gives its slot to its client's shared spares instead.
+const LOCAL_SPARE_SLOTS: usize = 64;
+
+/// A reply type whose spare slots are kept on each thread first: a call takes its slot from
+/// (and gives it back to) the thread it runs on without an atomic operation, and only a
+/// thread that has none left (or keeps enough) uses the client's shared spares. Every client
+/// on a thread shares its cache: an emptied slot serves any call of the same reply type.
+pub(crate) trait LocalSpares: Sized + 'static {
+    /// Runs `f` on this thread's spare slots of this reply type; `None` (without running `f`)
+    /// while the thread's locals are being torn down.
+    fn with_local<R>(f: impl FnOnce(&mut Vec<Arc<Slot<Self>>>) -> R) -> Option<R>;
+}
+
 /// The slots of calls that are over, kept for the next calls, so that a client's sends
-/// allocate no reply slot in steady state. Callers on any thread take and return slots
-/// without a lock (a bounded lock-free queue).
+/// allocate no reply slot in steady state: first on the thread that ran the call
+/// ([`LocalSpares`]), then in the client's shared spares, which callers on any thread take
+/// from and give back to without a lock (a bounded lock-free queue): a slot taken on one
+/// thread and given back on another comes round through them.
 pub(crate) struct Spares<T> {
     slots: ConcurrentQueue<Arc<Slot<T>>>,
 }
 
-impl<T> Spares<T> {
+impl<T: LocalSpares> Spares<T> {
     pub(crate) fn new() -> Self {
         Self {
             slots: ConcurrentQueue::bounded(SPARE_SLOTS),
@@ -58,7 +74,10 @@ impl<T> Spares<T> {
 
     /// A one-shot reply for one call, in a spare slot if there is one.
     pub(crate) fn reply(&self) -> (ReplySender<T>, ReplyReceiver<T>) {
-        let slot = self.slots.pop().unwrap_or_else(|_| Arc::new(Slot::new()));
+        let slot = T::with_local(Vec::pop)
+            .flatten()
+            .or_else(|| self.slots.pop().ok())
+            .unwrap_or_else(|| Arc::new(Slot::new()));
         ends(slot)
     }
 
@@ -73,7 +92,18 @@ impl<T> Spares<T> {
             return;
         };
         slot.empty();
-        let _ = self.slots.push(Arc::clone(&receiver.slot));
+        let slot = Arc::clone(&receiver.slot);
+        let full = T::with_local(|local| {
+            if local.len() < LOCAL_SPARE_SLOTS {
+                local.push(slot);
+                None
+            } else {
+                Some(slot)
+            }
+        });
+        if let Some(Some(slot)) = full {
+            let _ = self.slots.push(slot);
+        }
     }
 }
 
@@ -110,7 +140,8 @@ const RECEIVER_GONE: u8 = 2;
 /// [`Slot::flags`]: [`Slot::request`] holds the request the driver submitted for the call.
 const BOUND: u8 = 4;
 
-struct Slot<T> {
+/// The state one call's two ends share.
+pub(crate) struct Slot<T> {
     /// The answer, pushed once by the driver's end.
     value: ConcurrentQueue<T>,
     /// The caller's task, to wake when the value arrives or the driver's end goes.
@@ -287,6 +318,31 @@ mod tests {
         RequestId::from_u64(n)
     }
 
+    /// A thread's spare slots of a reply type the tests use.
+    macro_rules! local_spares {
+        ($t:ty) => {
+            impl LocalSpares for $t {
+                fn with_local<R>(f: impl FnOnce(&mut Vec<Arc<Slot<Self>>>) -> R) -> Option<R> {
+                    thread_local! {
+                        static SPARES: std::cell::RefCell<Vec<Arc<Slot<$t>>>> =
+                            const { std::cell::RefCell::new(Vec::new()) };
+                    }
+                    SPARES.try_with(|spares| f(&mut spares.borrow_mut())).ok()
+                }
+            }
+        };
+    }
+    local_spares!(u32);
+    local_spares!(u64);
+
+    /// Spare slots this thread keeps, and the client's shared ones.
+    fn kept(spares: &Spares<u32>) -> (usize, usize) {
+        (
+            u32::with_local(|local| local.len()).unwrap(),
+            spares.slots.len(),
+        )
+    }
+
     #[test]
     fn a_reply_reaches_the_receiver_and_a_dropped_sender_reads_as_no_reply() {
         let (tx, rx) = reply::<u32>();
@@ -422,7 +478,7 @@ mod tests {
         answer(tx, 1); // the caller had already stopped polling
         assert_eq!(rx.abandon(), None, "answered: nothing to cancel");
         spares.recycle(&mut rx);
-        assert_eq!(spares.slots.len(), 1);
+        assert_eq!(kept(&spares), (1, 0), "kept on this thread");
         let (tx, rx) = spares.reply();
         answer(tx, 2);
         assert_eq!(
@@ -439,7 +495,7 @@ mod tests {
         assert!(tx.bind(request(4)));
         assert_eq!(rx.abandon(), Some(request(4)));
         spares.recycle(&mut rx);
-        assert_eq!(spares.slots.len(), 0, "the driver's end still holds it");
+        assert_eq!(kept(&spares), (0, 0), "the driver's end still holds it");
         let (tx2, rx2) = spares.reply();
         assert_ne!(Arc::as_ptr(&rx2.slot), Arc::as_ptr(&rx.slot));
         drop((tx2, rx2));
@@ -447,17 +503,17 @@ mod tests {
         let (tx3, mut rx3) = spares.reply();
         drop(tx);
         spares.recycle(&mut rx3);
-        assert_eq!(spares.slots.len(), 0, "not done: the slot is in use");
+        assert_eq!(kept(&spares), (0, 0), "not done: the slot is in use");
         drop(tx3);
         spares.recycle(&mut rx3);
         assert_eq!(
-            spares.slots.len(),
-            0,
+            kept(&spares),
+            (0, 0),
             "not done, though alone: still in use"
         );
         assert_eq!(block_on(&mut rx3), Err(NoReply));
         spares.recycle(&mut rx3);
-        assert_eq!(spares.slots.len(), 1, "done, and nothing else holds it");
+        assert_eq!(kept(&spares), (1, 0), "done, and nothing else holds it");
     }
 
     /// Bind and abandon race on two threads: exactly one of them acts (the caller names the
@@ -492,6 +548,7 @@ mod tests {
     #[test]
     fn an_answer_from_another_thread_is_never_missed() {
         let spares = Arc::new(Spares::<u64>::new());
+        let mut kept_slots = 0;
         for trial in 0..2_000u64 {
             let (tx, rx) = spares.reply();
             let (done_tx, done_rx) = std::sync::mpsc::channel();
@@ -503,7 +560,8 @@ mod tests {
                 caller_start.wait();
                 let got = block_on(&mut rx);
                 caller_spares.recycle(&mut rx);
-                done_tx.send(got).unwrap();
+                let kept = u64::with_local(|local| local.len()).unwrap();
+                done_tx.send((got, kept)).unwrap();
             });
             start.wait();
             if trial % 2 == 0 {
@@ -511,7 +569,7 @@ mod tests {
             } else {
                 drop(tx);
             }
-            let got = done_rx
+            let (got, kept) = done_rx
                 .recv_timeout(std::time::Duration::from_secs(10))
                 .expect("the caller was woken");
             let expected = if trial % 2 == 0 {
@@ -520,12 +578,12 @@ mod tests {
                 Err(NoReply)
             };
             assert_eq!(got, expected);
+            kept_slots += kept;
             caller.join().unwrap();
         }
-        assert!(
-            !spares.slots.is_empty(),
-            "the slots went back to the spares"
-        );
+        // Each caller thread keeps its call's slot once nothing else holds it (and frees it
+        // when the thread ends).
+        assert!(kept_slots > 0, "the slots went back to the spares");
     }
 
     /// Answers racing callers that leave: every answer is dropped exactly once, and by the
@@ -535,6 +593,7 @@ mod tests {
     #[test]
     fn an_answer_racing_a_caller_that_leaves_is_dropped_exactly_once() {
         struct Counted(Arc<AtomicUsize>);
+        local_spares!(Counted);
         impl Drop for Counted {
             fn drop(&mut self) {
                 self.0.fetch_add(1, Ordering::SeqCst);
@@ -569,12 +628,44 @@ mod tests {
     #[test]
     fn spares_are_bounded() {
         let spares = Spares::<u32>::new();
-        let calls: Vec<_> = (0..SPARE_SLOTS + 10).map(|_| spares.reply()).collect();
+        let calls: Vec<_> = (0..LOCAL_SPARE_SLOTS + SPARE_SLOTS + 10)
+            .map(|_| spares.reply())
+            .collect();
         for (tx, mut rx) in calls {
             answer(tx, 0);
             assert_eq!(block_on(&mut rx), Ok(0));
             spares.recycle(&mut rx);
         }
-        assert_eq!(spares.slots.len(), SPARE_SLOTS);
+        assert_eq!(kept(&spares), (LOCAL_SPARE_SLOTS, SPARE_SLOTS));
+    }
+
+    /// Calls taken on one thread and over on another: that thread keeps its share, then gives
+    /// the rest to the client's spares, where the first thread finds them; nothing is lost.
+    #[test]
+    fn slots_given_back_on_another_thread_come_round_through_the_shared_spares() {
+        let spares = Arc::new(Spares::<u32>::new());
+        let calls: Vec<_> = (0..LOCAL_SPARE_SLOTS + 2).map(|_| spares.reply()).collect();
+        let last = Arc::as_ptr(&calls[calls.len() - 1].1.slot);
+        let other = Arc::clone(&spares);
+        std::thread::spawn(move || {
+            for (tx, mut rx) in calls {
+                answer(tx, 0);
+                assert_eq!(block_on(&mut rx), Ok(0));
+                other.recycle(&mut rx);
+            }
+            assert_eq!(kept(&other), (LOCAL_SPARE_SLOTS, 2));
+        })
+        .join()
+        .unwrap();
+        assert_eq!(kept(&spares), (0, 2), "this thread kept none");
+        let (_, first) = spares.reply();
+        let (_, second) = spares.reply();
+        assert_eq!(
+            Arc::as_ptr(&second.slot),
+            last,
+            "taken from the shared spares"
+        );
+        assert_ne!(Arc::as_ptr(&first.slot), Arc::as_ptr(&second.slot));
+        assert_eq!(kept(&spares), (0, 0));
     }
 }
