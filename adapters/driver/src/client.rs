@@ -330,8 +330,8 @@ impl Client {
     /// ended; [`SendError::is_retryable`] tells whether sending it again is safe.
     ///
     /// In steady state a send allocates nothing beyond the caller's payload: the reply slot
-    /// of a call that is over serves a later call of any clone of this client
-    /// (`tests/tests/real_allocations.rs`).
+    /// of a call that is over serves a later call on the same thread (of any client), or of
+    /// any clone of this client on another (`tests/tests/real_allocations.rs`).
     pub async fn send(
         &self,
         target: Target,
