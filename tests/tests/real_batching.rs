@@ -13,11 +13,13 @@
 //! for a round: the tests at the end check the rounds it must not skip (answers left
 //! buffered when a slice runs out, commands beyond a round's batches).
 //!
+//! A write that fails hands its requests back untouched: they end `Sent::Nothing`.
+//!
 //! Deterministic setup: tokio's multi-thread scheduler with one worker (the LIFO slot and no
 //! stealing), and a peer that answers only once a whole batch of requests is in, with one
 //! write, so each batch of answers reaches the driver in one read.
 
-use std::future::Future;
+use std::future::{Future, poll_fn};
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -26,12 +28,13 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use keepwire_driver::{
     BoxFuture, Client, ClientBuilder, IoStream, LengthPrefixed, NodeId, PreparedSocket,
-    ResolveError, Runtime, SocketRef, Target, Timer,
+    ResolveError, Runtime, SendError, SocketRef, Target, Timer,
 };
-use keepwire_tests::peers::batch_echo;
+use keepwire_proto::{CloseReason, Failure, Sent};
+use keepwire_tests::peers::{Behaviour, Peer, batch_echo};
 use keepwire_tests::test_config;
 use keepwire_tokio::TokioRuntime;
 
@@ -100,6 +103,90 @@ fn callers_send_each_slice_in_one_write(callers: usize, slices: &[usize]) {
         slices.repeat(ROUNDS - 1),
         "every round after the first in one write per slice: {requests:?}"
     );
+}
+
+/// Not one byte of a write that fails reached the kernel, and the requests it was handed end
+/// so: `Sent::Nothing` (safe to send again), or with `retry_unsent` sent again on the next
+/// connection and answered. A failed write used to leave its hand-out unreported, which ends
+/// every frame of it `Sent::Unknown`: requests that lost their safe retry though the kernel
+/// took none of their bytes.
+#[test]
+fn the_requests_a_failed_write_was_given_end_with_nothing_sent() {
+    for retry_unsent in [false, true] {
+        a_write_fails_under_requests(retry_unsent);
+    }
+}
+
+fn a_write_fails_under_requests(retry_unsent: bool) {
+    const CALLERS: usize = 12;
+    let payload = Bytes::from(vec![b'x'; 16 * 1024]);
+    let peer = Peer::start(Behaviour::Echo);
+    let tokio = one_worker();
+    let runtime = CountingRuntime::on(&tokio);
+    let mut config = test_config();
+    config.retry_unsent = retry_unsent;
+    let client = ClientBuilder::new(config)
+        .node(peer.addr())
+        .build(runtime.clone())
+        .unwrap();
+    let node = client.initial_nodes()[0];
+    let fail_next_write = Arc::clone(&runtime.fail_next_write);
+    let expected = payload.clone();
+    let sends = tokio.spawn(async move {
+        let send = || client.send(Target::Node(node), payload.clone(), Duration::from_secs(10));
+        assert_eq!(send().await.as_ref(), Ok(&payload), "connected");
+        // The next write fails (a reset, as the kernel reports one): it is the write of the
+        // first hand-out of these requests, queued in one poll.
+        fail_next_write.store(true, Ordering::Relaxed);
+        let answers = all_of((0..CALLERS).map(|_| Box::pin(send())).collect()).await;
+        client.shutdown().await;
+        answers
+    });
+    let answers = tokio.block_on(sends).unwrap();
+    assert!(
+        !runtime.fail_next_write.load(Ordering::Relaxed),
+        "no write was made to fail"
+    );
+    let mut lost = 0;
+    for answer in &answers {
+        match answer {
+            Ok(echo) => assert_eq!(echo, &expected),
+            Err(SendError::ConnectionLost {
+                cause: CloseReason::Io(Failure::Reset),
+                sent: Sent::Nothing,
+                retried: false,
+            }) if !retry_unsent => lost += 1,
+            other => panic!("retry_unsent: {retry_unsent}: {other:?}"),
+        }
+    }
+    if retry_unsent {
+        assert_eq!(peer.accepted(), 2, "the failed connection and the next one");
+    } else {
+        // The connection's loss ends the queued requests too (untouched, also `Nothing`).
+        assert_eq!(lost, CALLERS);
+    }
+}
+
+/// Polls every future in one task until all are done (so that whatever they queue in their
+/// first poll, they queue together); their outputs in the order they finished.
+async fn all_of<F: Future + Unpin>(mut futures: Vec<F>) -> Vec<F::Output> {
+    let mut outputs = Vec::new();
+    poll_fn(|cx| {
+        futures.retain_mut(|future| match Pin::new(&mut *future).poll(cx) {
+            Poll::Ready(output) => {
+                outputs.push(output);
+                false
+            }
+            Poll::Pending => true,
+        });
+        if futures.is_empty() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    outputs
 }
 
 #[test]
@@ -251,6 +338,8 @@ struct CountingRuntime {
     reads: AtomicU64,
     /// Reads asked of the connections' streams, including those that found nothing.
     read_polls: Arc<AtomicU64>,
+    /// Set: the next write on any of its streams fails with a reset, moving nothing.
+    fail_next_write: Arc<AtomicBool>,
 }
 
 impl CountingRuntime {
@@ -262,6 +351,7 @@ impl CountingRuntime {
             self_wakes: Arc::default(),
             reads: AtomicU64::new(0),
             read_polls: Arc::default(),
+            fail_next_write: Arc::default(),
         })
     }
 }
@@ -341,12 +431,14 @@ impl Runtime for CountingRuntime {
         let connecting = self.inner.connect(socket, addr);
         let writes = Arc::clone(&self.writes);
         let read_polls = Arc::clone(&self.read_polls);
+        let fail_next_write = Arc::clone(&self.fail_next_write);
         Box::pin(async move {
             let stream = connecting.await?;
             Ok(Box::new(CountedStream {
                 stream,
                 writes,
                 read_polls,
+                fail_next_write,
             }) as Box<dyn IoStream>)
         })
     }
@@ -365,6 +457,7 @@ struct CountedStream {
     stream: Box<dyn IoStream>,
     writes: Arc<Mutex<Vec<usize>>>,
     read_polls: Arc<AtomicU64>,
+    fail_next_write: Arc<AtomicBool>,
 }
 
 impl CountedStream {
@@ -405,6 +498,9 @@ impl IoStream for CountedStream {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        if self.fail_next_write.swap(false, Ordering::Relaxed) {
+            return Poll::Ready(Err(io::ErrorKind::ConnectionReset.into()));
+        }
         let written = self.stream.poll_write_vectored(cx, bufs);
         self.count(written)
     }

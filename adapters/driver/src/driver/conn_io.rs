@@ -40,12 +40,10 @@ use crate::socket::OptionReport;
 /// there), so a busy connection fills the socket in one call and the rest waits for the
 /// reactor. With small requests it covers hundreds of frames, so syscalls per request fall
 /// with load; larger batches would only hold more frames "handed out" (no longer droppable
-/// at their deadline) for a write the kernel cuts short anyway. A write that fails leaves its
-/// whole hand-out unreported, so every frame in it not yet touched ends `Sent::Unknown`
-/// rather than `Nothing`: the cap also bounds how many requests lose their "safe to retry"
-/// on a write error (`real_memcached`'s killed server holds it to the kernel's count).
-/// 256 KiB measured faster at 16 KiB × 64 and broke that (BENCHMARKS.md, "Larger writes
-/// for large frames: measured, not taken").
+/// at their deadline) for a write the kernel cuts short anyway. A write of a plain socket
+/// that fails is reported as moving nothing, so its frames end `Sent::Nothing` (safe to
+/// retry); only a hook's stream, which may have pushed part of its encoding before failing,
+/// leaves its hand-out unreported (`Sent::Unknown`).
 const MAX_BATCH: usize = 64 * 1024;
 /// Vectored writes in one round, across connections, before the driver reads and yields.
 const WRITE_BUDGET: usize = 64;
@@ -222,6 +220,11 @@ impl Driver {
         let mut slices: Vec<IoSlice<'_>> = mem::take(&mut self.writes.slices);
         slices.extend(open.unreported.iter().map(|frame| IoSlice::new(frame)));
         let total: usize = open.unreported.iter().map(Bytes::len).sum();
+        // A failed write of the runtime's own stream, a socket, moved nothing (`writev`
+        // returns a count whenever it moved any byte). A stream a handshake hook installed may
+        // encode: its failed write may have pushed part of the encoding first (tokio-rustls
+        // does, then returns the error), and one that holds bytes has sent some of them.
+        let plain = self.hook.is_none() && open.stream.held() == 0;
         let written = open.stream.poll_write_vectored(cx, &slices);
         self.writes.slices = recycle(slices);
         if open.stream.held() > 0 {
@@ -262,7 +265,15 @@ impl Driver {
                 self.writes.blocked.push(conn);
                 self.follow_up.write = true; // the next round retries at once
             }
-            Poll::Ready(Err(e)) => self.lost(now, conn, failure_of(&e)),
+            Poll::Ready(Err(e)) => {
+                if plain {
+                    // Not one byte of the hand-out reached the kernel: reported as such, its
+                    // frames go back to the queue and their requests end `Sent::Nothing`
+                    // (safe to retry) instead of `Unknown`.
+                    let _ = self.pool.handle_written(now, conn, 0);
+                }
+                self.lost(now, conn, failure_of(&e));
+            }
             Poll::Pending => {
                 // The stream registered the waker: the driver runs again once it is writable.
                 let _ = self.pool.handle_written(now, conn, 0);
