@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use keepwire_driver::{
-    BoxFuture, Client, ClientBuilder, IoStream, LengthPrefixed, NodeId, PreparedSocket,
-    ResolveError, Runtime, SendError, SocketRef, Target, Timer,
+    BoxFuture, Client, ClientBuilder, HandshakeIo, IoStream, LengthPrefixed, NodeId,
+    PreparedSocket, ResolveError, Runtime, SendError, SocketRef, Target, Timer,
 };
 use keepwire_proto::{CloseReason, Failure, Sent};
 use keepwire_tests::peers::{Behaviour, Peer, batch_echo};
@@ -105,11 +105,64 @@ fn callers_send_each_slice_in_one_write(callers: usize, slices: &[usize]) {
     );
 }
 
+/// Large frames go out in large writes: twelve 16 KiB requests queued while the connection is
+/// set up leave in two `writev`s, three frames under the first hand-out's 64 KiB cap and the
+/// other nine under the cap their size sets (up to 256 KiB). A client with a handshake hook,
+/// which may install a stream that holds what it is given (TLS), keeps the 64 KiB cap: four
+/// writes of three.
+#[test]
+fn large_frames_go_out_in_large_writes_unless_a_hook_may_hold_them() {
+    for (hook, frames_per_write) in [(false, &[3, 9][..]), (true, &[3, 3, 3, 3])] {
+        queued_large_frames_go_out_in(hook, frames_per_write);
+    }
+}
+
+fn queued_large_frames_go_out_in(hook: bool, frames_per_write: &[usize]) {
+    const CALLERS: usize = 12;
+    let payload = Bytes::from(vec![b'x'; 16 * 1024]);
+    let peer = batch_echo(CALLERS);
+    let tokio = one_worker();
+    let runtime = CountingRuntime::on(&tokio);
+    let mut config = test_config();
+    // Room in the kernel for the whole batch, so that every write moves all it is given.
+    config.socket.send_buffer_size = Some(4 << 20);
+    let mut builder = ClientBuilder::new(config).node(peer);
+    if hook {
+        builder = builder.handshake(|io: HandshakeIo| async move { Ok(io) });
+    }
+    let client = builder.build(runtime.clone()).unwrap();
+    let node = client.initial_nodes()[0];
+    // One task queues every request in one poll, on the driver's only worker: the driver
+    // takes them all in one round, before its connection is ready.
+    let expected = payload.clone();
+    let sends = tokio.spawn(async move {
+        let send = || client.send(Target::Node(node), payload.clone(), Duration::from_secs(10));
+        let answers = all_of((0..CALLERS).map(|_| Box::pin(send())).collect()).await;
+        client.shutdown().await;
+        answers
+    });
+    let answers = tokio.block_on(sends).unwrap();
+    assert_eq!(answers.len(), CALLERS);
+    assert!(
+        answers
+            .iter()
+            .all(|answer| answer.as_ref() == Ok(&expected))
+    );
+
+    let frame = LengthPrefixed::frame(0, &expected).unwrap().len();
+    let writes = runtime.writes.lock().unwrap().clone();
+    let frames: Vec<usize> = writes.iter().map(|bytes| bytes / frame).collect();
+    assert_eq!(
+        frames, frames_per_write,
+        "frames per write (hook: {hook}): {writes:?}"
+    );
+}
+
 /// Not one byte of a write that fails reached the kernel, and the requests it was handed end
 /// so: `Sent::Nothing` (safe to send again), or with `retry_unsent` sent again on the next
 /// connection and answered. A failed write used to leave its hand-out unreported, which ends
-/// every frame of it `Sent::Unknown`: requests that lost their safe retry though the kernel
-/// took none of their bytes.
+/// every frame of it `Sent::Unknown`: with hand-outs of up to 256 KiB, up to sixteen 16 KiB
+/// requests that lost their safe retry though the kernel took none of their bytes.
 #[test]
 fn the_requests_a_failed_write_was_given_end_with_nothing_sent() {
     for retry_unsent in [false, true] {

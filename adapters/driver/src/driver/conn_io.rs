@@ -33,18 +33,30 @@ use crate::error::failure_of;
 use crate::runtime::IoStream;
 use crate::socket::OptionReport;
 
-/// Most bytes handed to one vectored write (a single larger frame still goes whole).
+/// Most bytes handed to one vectored write (a single larger frame still goes whole): the cap
+/// grows with the frames, to what one `writev` takes ([`WRITE_SLICES`] of the last hand-out's
+/// average frame), between [`MIN_BATCH`] and this.
 ///
-/// 64 KiB is what one `writev` moves well: the largest TCP segment the kernel builds with
-/// segmentation offload, and more than Linux's initial send buffer (16 KiB, autotuned up from
-/// there), so a busy connection fills the socket in one call and the rest waits for the
-/// reactor. With small requests it covers hundreds of frames, so syscalls per request fall
-/// with load; larger batches would only hold more frames "handed out" (no longer droppable
-/// at their deadline) for a write the kernel cuts short anyway. A write of a plain socket
-/// that fails is reported as moving nothing, so its frames end `Sent::Nothing` (safe to
-/// retry); only a hook's stream, which may have pushed part of its encoding before failing,
-/// leaves its hand-out unreported (`Sent::Unknown`).
-const MAX_BATCH: usize = 64 * 1024;
+/// With 16 KiB frames a 64 KiB cap wrote three frames per `writev`, where a hand-written
+/// client's `write_all` of everything queued made half the syscalls per request; 256 KiB
+/// measured level with 1 MiB (BENCHMARKS.md, "Larger writes for large frames"). On a plain
+/// socket frames are handed out only for the write itself: its report follows at once, and
+/// what the kernel did not take goes back to the queue, droppable at its deadline again. A
+/// failed write is reported too, as moving nothing (a failed `writev` moved no byte), so
+/// however many frames a hand-out holds, a write error ends them `Sent::Nothing`, safe to
+/// retry; a hook's stream may have pushed part of its encoding before failing, and leaves
+/// its hand-out unreported (`Sent::Unknown`), another reason it keeps the least cap.
+const MAX_BATCH: usize = 256 * 1024;
+/// The least cap, and the cap of a client with a handshake hook. 64 KiB is the largest TCP
+/// segment the kernel builds with segmentation offload. A hook may install a stream that
+/// holds part of what it is given (TLS, [`IoStream::held`]); such a stream keeps its whole
+/// hand-out until it moves, so those frames could no longer be dropped unsent at their
+/// deadlines: the cap bounds how many.
+const MIN_BATCH: usize = 64 * 1024;
+/// Slices one `writev` takes (Linux's `IOV_MAX`): the frames of a hand-out beyond them go back
+/// to the queue unwritten, so a cap that let tiny frames overflow them would only hand out
+/// frames to take them back.
+const WRITE_SLICES: usize = 1024;
 /// Vectored writes in one round, across connections, before the driver reads and yields.
 const WRITE_BUDGET: usize = 64;
 /// Reads on one connection in one round.
@@ -142,6 +154,8 @@ pub(super) struct WriteBufs {
     holding: Vec<ConnId>,
     /// `holding` as it was at the start of a flush (swapped, to keep both allocations).
     retry: Vec<ConnId>,
+    /// The average frame length of the last hand-out, which sets the next one's cap.
+    frame_bytes: usize,
 }
 
 impl Driver {
@@ -186,7 +200,12 @@ impl Driver {
         }
         self.writes.retry.clear();
         for _ in 0..WRITE_BUDGET {
-            let Some(conn) = self.pool.poll_transmit(MAX_BATCH, &mut self.writes.frames) else {
+            let cap = if self.hook.is_some() {
+                MIN_BATCH
+            } else {
+                (self.writes.frame_bytes * WRITE_SLICES).clamp(MIN_BATCH, MAX_BATCH)
+            };
+            let Some(conn) = self.pool.poll_transmit(cap, &mut self.writes.frames) else {
                 return;
             };
             self.write(cx, conn, false);
@@ -220,6 +239,7 @@ impl Driver {
         let mut slices: Vec<IoSlice<'_>> = mem::take(&mut self.writes.slices);
         slices.extend(open.unreported.iter().map(|frame| IoSlice::new(frame)));
         let total: usize = open.unreported.iter().map(Bytes::len).sum();
+        self.writes.frame_bytes = total / open.unreported.len().max(1);
         // A failed write of the runtime's own stream, a socket, moved nothing (`writev`
         // returns a count whenever it moved any byte). A stream a handshake hook installed may
         // encode: its failed write may have pushed part of the encoding first (tokio-rustls
