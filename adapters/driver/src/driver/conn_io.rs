@@ -85,6 +85,25 @@ fn answer_slice(in_flight: usize) -> usize {
     in_flight.div_ceil(ANSWER_SLICES).max(MIN_ANSWER_SLICE)
 }
 
+/// The most one read into a connection's chunk asks for: `limit`, or, when that would fill the
+/// chunk (`room` bytes left after the `held` bytes of a partial response), up to the last
+/// point where a whole number of responses of `response_len` bytes (the last one's) would end.
+///
+/// A response the chunk's end cuts in two moves to the next chunk, copied; reads that fill the
+/// chunk to its last byte made that happen on every chunk whenever the responses do not
+/// divide it (16 KiB payloads: three responses and all but 48 bytes of a fourth in 64 KiB,
+/// 16,348 bytes copied for every three responses). Stopping at a boundary leaves the end of
+/// the chunk unused instead, and the next read starts a fresh chunk with nothing to move.
+/// Reads that do not reach the chunk's end, and responses longer than what is left, read as
+/// much as they can.
+fn read_limit(held: usize, room: usize, limit: usize, response_len: usize) -> usize {
+    if limit < room || response_len == 0 {
+        return limit.min(room);
+    }
+    let end = (held + room) / response_len * response_len;
+    if end > held { end - held } else { room }
+}
+
 /// How a pass of [`Driver::decode`] over a connection's buffer ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Decoding {
@@ -114,6 +133,9 @@ pub(super) struct OpenConn {
     /// Whether the pool was last told that part of a response is buffered. While it was not,
     /// telling it so again would change nothing (no frame timer runs), and is skipped.
     partial: bool,
+    /// Bytes the last response decoded took off the buffer (0 before the first): where the
+    /// read that fills the chunk stops ([`read_limit`]).
+    response_len: usize,
     /// The waker its stream is read with, and whether it woke since the last read.
     read_wake: ReadWake,
 }
@@ -134,6 +156,7 @@ impl OpenConn {
             unreported: Vec::new(),
             paused: false,
             partial: false,
+            response_len: 0,
             read_wake: ReadWake::new(wakeups, conn),
         }
     }
@@ -331,15 +354,22 @@ impl Driver {
             };
             // A connection that awaits responses reads them in place, into its chunk, which
             // moves (with what it holds) to a recycled one when it has less room than a read's
-            // worth; a larger partial response grows its buffer instead. One that awaits none
-            // holds no chunk (an idle connection need not keep 64 KiB): what it reads, the end
-            // of the stream or bytes nothing asked for, goes through the scratch buffer.
+            // worth (a read that would fill it stops where a response ends, so that little
+            // moves: `read_limit`); a larger partial response grows its buffer instead. One
+            // that awaits none holds no chunk (an idle connection need not keep 64 KiB): what
+            // it reads, the end of the stream or bytes nothing asked for, goes through the
+            // scratch buffer.
             let room = open.inbound.capacity() - open.inbound.len();
             let read = if room >= MIN_READ || self.pool.in_flight(conn.node()) != Some(0) {
                 if room < MIN_READ {
                     self.chunks.reserve(&mut open.inbound, MIN_READ);
                 }
-                let limit = self.read_buf.len();
+                let limit = read_limit(
+                    open.inbound.len(),
+                    open.inbound.capacity() - open.inbound.len(),
+                    self.read_buf.len(),
+                    open.response_len,
+                );
                 open.stream
                     .poll_read_buf(cx, &mut open.inbound, limit, &mut self.read_buf)
             } else {
@@ -391,6 +421,7 @@ impl Driver {
                 self.paused.push(conn);
                 return Decoding::Paused;
             }
+            let held = open.inbound.len();
             let decoded = match contain(|| open.decoder.decode(&mut open.inbound)) {
                 Ok(decoded) => decoded,
                 Err(message) => {
@@ -402,6 +433,7 @@ impl Driver {
             };
             if let Ok(Some(_)) = decoded {
                 *slice = slice.saturating_sub(1);
+                open.response_len = held - open.inbound.len();
             }
             match decoded {
                 Ok(Some(Decoded::Next(payload))) => {
@@ -472,6 +504,25 @@ fn recycle(mut slices: Vec<IoSlice<'_>>) -> Vec<IoSlice<'static>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_read_that_would_fill_the_chunk_stops_where_a_response_ends() {
+        const RESPONSE: usize = 16 * 1024 + 12; // a 16 KiB payload, length-prefixed
+        let chunk = 64 * 1024;
+        // An empty chunk takes three whole responses, not three and all but 48 bytes of a
+        // fourth; after a partial one, what completes it and two more.
+        assert_eq!(read_limit(0, chunk, chunk, RESPONSE), 3 * RESPONSE);
+        assert_eq!(
+            read_limit(100, chunk - 100, chunk, RESPONSE),
+            3 * RESPONSE - 100
+        );
+        // A read that cannot fill the chunk, a response longer than what is left, and a
+        // connection that has decoded nothing yet: as much as fits.
+        assert_eq!(read_limit(0, 4 * chunk, chunk, RESPONSE), chunk);
+        assert_eq!(read_limit(100, 1000, chunk, RESPONSE), 1000);
+        assert_eq!(read_limit(0, chunk, chunk, 0), chunk);
+        assert_eq!(read_limit(0, 1000, chunk, 0), 1000);
+    }
 
     #[test]
     fn recycling_the_slices_keeps_their_allocation() {
