@@ -107,8 +107,8 @@ const ROUNDS_PER_POLL: usize = 32;
 const COMMAND_BATCH: usize = 256;
 /// Batches of commands in one round, at most.
 const COMMAND_BATCHES: usize = 4;
-/// Bytes read from a socket at a time.
-const READ_CHUNK: usize = 64 * 1024;
+/// Bytes read from a socket at a time: a chunk's worth ([`chunks::CHUNK`]).
+const READ_CHUNK: usize = chunks::CHUNK;
 
 pub(crate) struct Driver {
     runtime: Arc<dyn Runtime>,

@@ -91,8 +91,8 @@ fn answer_slice(in_flight: usize) -> usize {
 ///
 /// A response the chunk's end cuts in two moves to the next chunk, copied; reads that fill the
 /// chunk to its last byte made that happen on every chunk whenever the responses do not
-/// divide it (16 KiB payloads: three responses and all but 48 bytes of a fourth in 64 KiB,
-/// 16,348 bytes copied for every three responses). Stopping at a boundary leaves the end of
+/// divide it (16 KiB payloads in 64 KiB chunks: three responses and all but 48 bytes of a
+/// fourth, 16,348 bytes copied for every three responses). Stopping at a boundary leaves the end of
 /// the chunk unused instead, and the next read starts a fresh chunk with nothing to move.
 /// Reads that do not reach the chunk's end, and responses longer than what is left, read as
 /// much as they can.
@@ -356,7 +356,7 @@ impl Driver {
             // moves (with what it holds) to a recycled one when it has less room than a read's
             // worth (a read that would fill it stops where a response ends, so that little
             // moves: `read_limit`); a larger partial response grows its buffer instead. One
-            // that awaits none holds no chunk (an idle connection need not keep 64 KiB): what
+            // that awaits none holds no chunk (an idle connection need not keep 128 KiB): what
             // it reads, the end of the stream or bytes nothing asked for, goes through the
             // scratch buffer.
             let room = open.inbound.capacity() - open.inbound.len();
