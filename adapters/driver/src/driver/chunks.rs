@@ -7,7 +7,7 @@
 //! and, as freed blocks were trimmed off the heap and fresh ones faulted back in, a tenth of
 //! the driver's time in page faults. [`Chunks`] parks each full chunk instead and takes it
 //! back, whole, once everything cut from it has been dropped, so steady traffic allocates no
-//! buffer at all. It keeps at most 16 chunks (2 MiB), the working set of 64 requests of 16 KiB
+//! buffer at all. It keeps at most 8 chunks (2 MiB), the working set of 64 requests of 16 KiB
 //! and their responses: keeping fewer bytes, or freeing the reclaimable chunks beyond a few,
 //! brought the churn back (several chunks come free together when a batch of frames is
 //! written).
@@ -19,12 +19,12 @@ use bytes::BytesMut;
 
 /// Bytes per chunk: what one read of a busy connection may take. 64 KiB chunks took three
 /// 16 KiB responses per read where a hand-written client's 64 KiB reads of a growing buffer
-/// took four; 128 KiB take up to seven, and leave a response cut at their end half as often.
-/// (BENCHMARKS.md, "Larger writes and reads for large frames".)
-pub(super) const CHUNK: usize = 128 * 1024;
+/// took four; 256 KiB take up to fifteen (128 KiB measured between the two; BENCHMARKS.md,
+/// "Larger writes and reads for large frames").
+pub(super) const CHUNK: usize = 256 * 1024;
 /// Full chunks kept for reuse. Beyond that the oldest is let go, to be freed once its last
 /// piece is.
-const PARKED: usize = 16;
+const PARKED: usize = 8;
 
 /// Full chunks waiting for the pieces cut from them to be dropped.
 #[derive(Debug, Default)]

@@ -356,7 +356,7 @@ impl Driver {
             // moves (with what it holds) to a recycled one when it has less room than a read's
             // worth (a read that would fill it stops where a response ends, so that little
             // moves: `read_limit`); a larger partial response grows its buffer instead. One
-            // that awaits none holds no chunk (an idle connection need not keep 128 KiB): what
+            // that awaits none holds no chunk (an idle connection need not keep 256 KiB): what
             // it reads, the end of the stream or bytes nothing asked for, goes through the
             // scratch buffer.
             let room = open.inbound.capacity() - open.inbound.len();
