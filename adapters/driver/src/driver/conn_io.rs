@@ -39,13 +39,15 @@ use crate::socket::OptionReport;
 ///
 /// With 16 KiB frames a 64 KiB cap wrote three frames per `writev`, where a hand-written
 /// client's `write_all` of everything queued made half the syscalls per request; 256 KiB
-/// measured level with 1 MiB (BENCHMARKS.md, "Larger writes for large frames"). On a plain
-/// socket frames are handed out only for the write itself: its report follows at once, and
-/// what the kernel did not take goes back to the queue, droppable at its deadline again. A
-/// failed write is reported too, as moving nothing (a failed `writev` moved no byte), so
-/// however many frames a hand-out holds, a write error ends them `Sent::Nothing`, safe to
-/// retry; a hook's stream may have pushed part of its encoding before failing, and leaves
-/// its hand-out unreported (`Sent::Unknown`), another reason it keeps the least cap.
+/// took A from ×0.84 to ×0.98–1.00 of that client at 16 KiB × 64 on current_thread, and 1 MiB
+/// measured level with 256 KiB (BENCHMARKS.md, "Larger writes and reads for large frames").
+/// On a plain socket frames are handed out only for the write itself: its report follows at
+/// once, and what the kernel did not take goes back to the queue, droppable at its deadline
+/// again. A failed write is reported too, as moving nothing (a failed `writev` moved no
+/// byte), so however many frames a hand-out holds, a write error ends them `Sent::Nothing`,
+/// safe to retry (`real_batching` and `real_memcached`'s killed server hold it). A hook's
+/// stream may have pushed part of its encoding before failing, so its failed hand-out stays
+/// unreported (`Sent::Unknown`), another reason it keeps the least cap.
 const MAX_BATCH: usize = 256 * 1024;
 /// The least cap, and the cap of a client with a handshake hook. 64 KiB is the largest TCP
 /// segment the kernel builds with segmentation offload. A hook may install a stream that
