@@ -332,6 +332,13 @@ impl Client {
     /// In steady state a send allocates nothing beyond the caller's payload: the reply slot
     /// of a call that is over serves a later call on the same thread (of any client), or of
     /// any clone of this client on another (`tests/tests/real_allocations.rs`).
+    ///
+    /// Responses are read in place: with a codec that cuts them out of the read buffer (the
+    /// built-in ones do), the returned `Bytes` is a slice of the chunk its connection read it
+    /// into (256 KiB, shared with the responses read beside it; a larger response gets a
+    /// buffer of its own), and that chunk stays allocated while any slice of it lives. Copy a
+    /// small response you keep for long (`Bytes::copy_from_slice`) rather than keep a whole
+    /// chunk for it.
     pub async fn send(
         &self,
         target: Target,
