@@ -335,10 +335,10 @@ impl Client {
     ///
     /// Responses are read in place: with a codec that cuts them out of the read buffer (the
     /// built-in ones do), the returned `Bytes` is a slice of the chunk its connection read it
-    /// into (256 KiB, shared with the responses read beside it; a larger response gets a
-    /// buffer of its own), and that chunk stays allocated while any slice of it lives. Copy a
-    /// small response you keep for long (`Bytes::copy_from_slice`) rather than keep a whole
-    /// chunk for it.
+    /// into (64 KiB, or 256 KiB on a connection whose responses are over 8 KiB, shared with
+    /// the responses read beside it; a response larger than that gets a buffer of its own),
+    /// and that chunk stays allocated while any slice of it lives. Copy a small response you
+    /// keep for long (`Bytes::copy_from_slice`) rather than keep a whole chunk for it.
     pub async fn send(
         &self,
         target: Target,

@@ -54,7 +54,7 @@ mod setup;
 mod waiters;
 mod wake;
 
-use chunks::Chunks;
+use chunks::{Pools, Sizing};
 use conn_io::{OpenConn, WriteBufs};
 use ids::Ids;
 use setup::Connecting;
@@ -107,8 +107,9 @@ const ROUNDS_PER_POLL: usize = 32;
 const COMMAND_BATCH: usize = 256;
 /// Batches of commands in one round, at most.
 const COMMAND_BATCHES: usize = 4;
-/// Bytes read from a socket at a time: a chunk's worth ([`chunks::CHUNK`]).
-const READ_CHUNK: usize = chunks::CHUNK;
+/// Bytes read from a socket at a time, at most: a large chunk's worth
+/// ([`chunks::LARGE_CHUNK`]).
+const READ_CHUNK: usize = chunks::LARGE_CHUNK;
 
 pub(crate) struct Driver {
     runtime: Arc<dyn Runtime>,
@@ -131,8 +132,10 @@ pub(crate) struct Driver {
     /// Requests are framed into this buffer and split off it, so a frame shared with the
     /// pool is never copied.
     encoded: BytesMut,
+    /// `encoded`'s chunk pool, and the length of the last frame.
+    encoded_sizing: Sizing,
     /// The chunks `encoded` and the connections' inbound buffers are cut from, recycled.
-    chunks: Chunks,
+    chunks: Pools,
     hook: Option<Arc<dyn HandshakeHook>>,
     /// Resolves the names of nodes added by name, on every connect attempt.
     resolver: Arc<dyn Resolver>,
@@ -258,7 +261,8 @@ impl Driver {
             codec,
             ids: Ids::default(),
             encoded: BytesMut::new(),
-            chunks: Chunks::default(),
+            encoded_sizing: Sizing::default(),
+            chunks: Pools::new(),
             hook,
             resolver,
             conns: BTreeMap::new(),
@@ -528,7 +532,13 @@ impl Driver {
             })?),
             _ => None,
         };
-        self.chunks.reserve(&mut self.encoded, len + FRAME_HEADROOM);
+        // The frame's own length chooses its chunk's pool.
+        self.encoded_sizing.piece = len;
+        self.chunks.reserve(
+            &mut self.encoded,
+            &mut self.encoded_sizing,
+            len + FRAME_HEADROOM,
+        );
         let (codec, encoded) = (&*self.codec, &mut self.encoded);
         match contain(|| encode(codec, protocol_id, encoded)) {
             Ok(Ok(())) => Ok((self.encoded.split().freeze(), protocol_id)),

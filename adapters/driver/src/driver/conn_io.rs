@@ -25,6 +25,7 @@ use std::task::{Context, Poll};
 use bytes::{Bytes, BytesMut};
 use keepwire_proto::{ConnId, Failure, Instant, Violation};
 
+use super::chunks::Sizing;
 use super::wake::{ReadWake, Wakeups};
 use super::{Conn, Driver, contain, round_now};
 use crate::client::ClientEvent;
@@ -135,9 +136,10 @@ pub(super) struct OpenConn {
     /// Whether the pool was last told that part of a response is buffered. While it was not,
     /// telling it so again would change nothing (no frame timer runs), and is skipped.
     partial: bool,
-    /// Bytes the last response decoded took off the buffer (0 before the first): where the
-    /// read that fills the chunk stops ([`read_limit`]).
-    response_len: usize,
+    /// `inbound`'s chunk pool, and the bytes the last response decoded took off it (0 before
+    /// the first): where the read that fills the chunk stops ([`read_limit`]), and which pool
+    /// its next chunk comes from.
+    sizing: Sizing,
     /// The waker its stream is read with, and whether it woke since the last read.
     read_wake: ReadWake,
 }
@@ -158,7 +160,7 @@ impl OpenConn {
             unreported: Vec::new(),
             paused: false,
             partial: false,
-            response_len: 0,
+            sizing: Sizing::default(),
             read_wake: ReadWake::new(wakeups, conn),
         }
     }
@@ -354,30 +356,32 @@ impl Driver {
             let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
                 return true;
             };
-            // A connection that awaits responses reads them in place, into its chunk, which
-            // moves (with what it holds) to a recycled one when it has less room than a read's
-            // worth (a read that would fill it stops where a response ends, so that little
-            // moves: `read_limit`); a larger partial response grows its buffer instead. One
-            // that awaits none holds no chunk (an idle connection need not keep 256 KiB): what
-            // it reads, the end of the stream or bytes nothing asked for, goes through the
+            // A connection that awaits responses reads them in place, into its chunk (64 KiB,
+            // or 256 KiB once its responses are large: `Pools::reserve`), which moves (with
+            // what it holds) to a recycled one when it has less room than a read's worth (a
+            // read that would fill it stops where a response ends, so that little moves:
+            // `read_limit`); a larger partial response grows its buffer instead. One that
+            // awaits none holds no chunk (an idle connection need not keep one): what it
+            // reads, the end of the stream or bytes nothing asked for, goes through the
             // scratch buffer.
             let room = open.inbound.capacity() - open.inbound.len();
             let read = if room >= MIN_READ || self.pool.in_flight(conn.node()) != Some(0) {
                 if room < MIN_READ {
-                    self.chunks.reserve(&mut open.inbound, MIN_READ);
+                    self.chunks
+                        .reserve(&mut open.inbound, &mut open.sizing, MIN_READ);
                 }
                 let limit = read_limit(
                     open.inbound.len(),
                     open.inbound.capacity() - open.inbound.len(),
                     self.read_buf.len(),
-                    open.response_len,
+                    open.sizing.piece,
                 );
                 open.stream
                     .poll_read_buf(cx, &mut open.inbound, limit, &mut self.read_buf)
             } else {
                 let read = open.stream.poll_read(cx, &mut self.read_buf[..MIN_READ]);
                 if let Poll::Ready(Ok(n)) = read {
-                    self.chunks.reserve(&mut open.inbound, n);
+                    self.chunks.reserve(&mut open.inbound, &mut open.sizing, n);
                     open.inbound.extend_from_slice(&self.read_buf[..n]);
                 }
                 read
@@ -435,7 +439,7 @@ impl Driver {
             };
             if let Ok(Some(_)) = decoded {
                 *slice = slice.saturating_sub(1);
-                open.response_len = held - open.inbound.len();
+                open.sizing.piece = held - open.inbound.len();
             }
             match decoded {
                 Ok(Some(Decoded::Next(payload))) => {
@@ -467,7 +471,7 @@ impl Driver {
                     // by its own next read (about 300 instructions per request at one in
                     // flight) and hold the same memory meanwhile.
                     if !partial && shared && self.pool.in_flight(conn.node()) == Some(0) {
-                        self.chunks.park(mem::take(&mut open.inbound));
+                        self.chunks.park(&mut open.inbound, &mut open.sizing);
                     }
                     if partial || open.partial {
                         open.partial = partial;
