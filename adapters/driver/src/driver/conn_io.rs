@@ -95,10 +95,10 @@ fn answer_slice(in_flight: usize) -> usize {
 /// A response the chunk's end cuts in two moves to the next chunk, copied; reads that fill the
 /// chunk to its last byte made that happen on every chunk whenever the responses do not
 /// divide it (16 KiB payloads in 64 KiB chunks: three responses and all but 48 bytes of a
-/// fourth, 16,348 bytes copied for every three responses). Stopping at a boundary leaves the end of
-/// the chunk unused instead, and the next read starts a fresh chunk with nothing to move.
-/// Reads that do not reach the chunk's end, and responses longer than what is left, read as
-/// much as they can.
+/// fourth, 16,348 bytes copied for every three responses). Stopping at a boundary leaves the
+/// end of the chunk unused instead, and the next read starts a fresh chunk with nothing to
+/// move. Reads that do not reach the chunk's end, and responses longer than what is left, read
+/// as much as they can.
 fn read_limit(held: usize, room: usize, limit: usize, response_len: usize) -> usize {
     if limit < room || response_len == 0 {
         return limit.min(room);
