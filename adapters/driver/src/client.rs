@@ -2,7 +2,6 @@
 //! [`Events`] stream. Every call is a command to the one driver task that owns the pool and
 //! the sockets; results come back through a per-call reply.
 
-use std::cell::RefCell;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,8 +22,8 @@ use crate::runtime::Runtime;
 use crate::service::ClientService;
 use crate::socket::{OptionReport, SocketReadback};
 use crate::sync::{
-    Hub, HubHandle, LocalSpares, Next, Outbox, ReplyReceiver, ReplySender, Slot, Spares,
-    Subscription, reply,
+    Hub, HubHandle, Next, Outbox, ReplyReceiver, ReplySender, Spares, Subscription, local_spares,
+    reply,
 };
 
 /// Builds a [`Client`]: a keepwire [`Config`], driver options and the initial nodes.
@@ -536,16 +535,8 @@ impl Drop for CancelOnDrop<'_> {
     }
 }
 
-/// A send's reply slots are kept on the thread that ran the call first.
-impl LocalSpares for Result<Bytes, SendError> {
-    fn with_local<R>(f: impl FnOnce(&mut Vec<Arc<Slot<Self>>>) -> R) -> Option<R> {
-        type Slots = RefCell<Vec<Arc<Slot<Result<Bytes, SendError>>>>>;
-        thread_local! {
-            static SPARES: Slots = const { RefCell::new(Vec::new()) };
-        }
-        SPARES.try_with(|spares| f(&mut spares.borrow_mut())).ok()
-    }
-}
+// A send's reply slots are kept on the thread that ran the call first.
+local_spares!(Result<Bytes, SendError>);
 
 /// A node as the driver sees it.
 #[derive(Clone, Debug, PartialEq)]

@@ -19,7 +19,9 @@
 
 mod reply;
 
-pub(crate) use reply::{LocalSpares, ReplyReceiver, ReplySender, Slot, Spares, answer, reply};
+pub(crate) use reply::{
+    LocalSpares, ReplyReceiver, ReplySender, Slot, Spares, answer, local_spares, reply,
+};
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};

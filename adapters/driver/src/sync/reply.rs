@@ -56,6 +56,24 @@ pub(crate) trait LocalSpares: Sized + 'static {
     fn with_local<R>(f: impl FnOnce(&mut Vec<Arc<Slot<Self>>>) -> R) -> Option<R>;
 }
 
+/// Implements [`LocalSpares`] for a reply type with a `thread_local` vector of its own.
+macro_rules! local_spares {
+    ($t:ty) => {
+        impl $crate::sync::LocalSpares for $t {
+            fn with_local<R>(
+                f: impl FnOnce(&mut Vec<::std::sync::Arc<$crate::sync::Slot<Self>>>) -> R,
+            ) -> Option<R> {
+                type Slots = ::std::cell::RefCell<Vec<::std::sync::Arc<$crate::sync::Slot<$t>>>>;
+                thread_local! {
+                    static SPARES: Slots = const { ::std::cell::RefCell::new(Vec::new()) };
+                }
+                SPARES.try_with(|spares| f(&mut spares.borrow_mut())).ok()
+            }
+        }
+    };
+}
+pub(crate) use local_spares;
+
 /// The slots of calls that are over, kept for the next calls, so that a client's sends
 /// allocate no reply slot in steady state: first on the thread that ran the call
 /// ([`LocalSpares`]), then in the client's shared spares, which callers on any thread take
@@ -318,20 +336,6 @@ mod tests {
         RequestId::from_u64(n)
     }
 
-    /// A thread's spare slots of a reply type the tests use.
-    macro_rules! local_spares {
-        ($t:ty) => {
-            impl LocalSpares for $t {
-                fn with_local<R>(f: impl FnOnce(&mut Vec<Arc<Slot<Self>>>) -> R) -> Option<R> {
-                    thread_local! {
-                        static SPARES: std::cell::RefCell<Vec<Arc<Slot<$t>>>> =
-                            const { std::cell::RefCell::new(Vec::new()) };
-                    }
-                    SPARES.try_with(|spares| f(&mut spares.borrow_mut())).ok()
-                }
-            }
-        };
-    }
     local_spares!(u32);
     local_spares!(u64);
 
