@@ -106,11 +106,14 @@ impl<T: LocalSpares> Spares<T> {
         if !receiver.done {
             return; // still waiting: the slot is in use
         }
-        let Some(slot) = Arc::get_mut(&mut receiver.slot) else {
+        // Taken, not cloned: the receiver has no use for it any more.
+        let Some(mut slot) = receiver.slot.take() else {
             return;
         };
-        slot.empty();
-        let slot = Arc::clone(&receiver.slot);
+        let Some(emptied) = Arc::get_mut(&mut slot) else {
+            return; // the driver's end still holds it: freed with the last end
+        };
+        emptied.empty();
         let full = T::with_local(|local| {
             if local.len() < LOCAL_SPARE_SLOTS {
                 local.push(slot);
@@ -137,7 +140,11 @@ fn ends<T>(slot: Arc<Slot<T>>) -> (ReplySender<T>, ReplyReceiver<T>) {
     let sender = ReplySender {
         slot: Some(Arc::clone(&slot)),
     };
-    (sender, ReplyReceiver { slot, done: false })
+    let receiver = ReplyReceiver {
+        slot: Some(slot),
+        done: false,
+    };
+    (sender, receiver)
 }
 
 /// Delivers `value` to the caller; dropped if the caller stopped waiting.
@@ -194,6 +201,9 @@ impl<T> Slot<T> {
     }
 }
 
+/// A receiver gives up its slot only once its call is over ([`Spares::recycle`]).
+const NOT_DONE: &str = "a call that is not over keeps its slot";
+
 /// The driver's end of a reply.
 pub(crate) struct ReplySender<T> {
     /// `None` once the answer went.
@@ -203,7 +213,8 @@ pub(crate) struct ReplySender<T> {
 /// The caller's end of a reply: a future of the answer, or [`NoReply`] if the driver stopped
 /// without one.
 pub(crate) struct ReplyReceiver<T> {
-    slot: Arc<Slot<T>>,
+    /// `None` once the call is over and [`Spares::recycle`] took the slot back.
+    slot: Option<Arc<Slot<T>>>,
     /// The future returned its output: there is nothing left to abandon.
     done: bool,
 }
@@ -270,13 +281,12 @@ impl<T> ReplyReceiver<T> {
             return None;
         }
         self.done = true;
-        let before = self.slot.set(RECEIVER_GONE);
+        let slot = self.slot.as_ref().expect(NOT_DONE);
+        let before = slot.set(RECEIVER_GONE);
         if before & SENDER_GONE != 0 || before & BOUND == 0 {
             return None;
         }
-        Some(RequestId::from_u64(
-            self.slot.request.load(Ordering::Relaxed),
-        ))
+        Some(RequestId::from_u64(slot.request.load(Ordering::Relaxed)))
     }
 }
 
@@ -294,7 +304,7 @@ impl<T> Future for ReplyReceiver<T> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         assert!(!this.done, "a reply polled after it completed");
-        let slot = &*this.slot;
+        let slot = this.slot.as_deref().expect(NOT_DONE);
         if slot.flags.load(Ordering::Acquire) & SENDER_GONE == 0 {
             // Registered before the second look: an answer after that look wakes this task.
             slot.waker.register(cx.waker());
@@ -338,6 +348,11 @@ mod tests {
 
     local_spares!(u32);
     local_spares!(u64);
+
+    /// Where `receiver`'s slot is.
+    fn slot_of<T>(receiver: &ReplyReceiver<T>) -> *const Slot<T> {
+        Arc::as_ptr(receiver.slot.as_ref().expect("the call is not over"))
+    }
 
     /// Spare slots this thread keeps, and the client's shared ones.
     fn kept(spares: &Spares<u32>) -> (usize, usize) {
@@ -449,17 +464,13 @@ mod tests {
         let spares = Spares::<u32>::new();
         let (tx, mut rx) = spares.reply();
         assert!(tx.bind(request(3)));
-        let first = Arc::as_ptr(&rx.slot);
+        let first = slot_of(&rx);
         answer(tx, 1);
         assert_eq!(block_on(&mut rx), Ok(1));
         spares.recycle(&mut rx);
         drop(rx);
         let (tx, mut rx) = spares.reply();
-        assert_eq!(
-            Arc::as_ptr(&rx.slot),
-            first,
-            "the spare slot is taken again"
-        );
+        assert_eq!(slot_of(&rx), first, "the spare slot is taken again");
         assert!(
             !tx.is_closed(),
             "emptied: not marked as left by the last call"
@@ -470,7 +481,7 @@ mod tests {
             "emptied: not bound to the last call's request"
         );
         let (tx, rx) = spares.reply();
-        assert_ne!(Arc::as_ptr(&rx.slot), first, "no spare left: a new slot");
+        assert_ne!(slot_of(&rx), first, "no spare left: a new slot");
         answer(tx, 2);
         assert_eq!(block_on(rx), Ok(2));
     }
@@ -498,10 +509,11 @@ mod tests {
         let (tx, mut rx) = spares.reply();
         assert!(tx.bind(request(4)));
         assert_eq!(rx.abandon(), Some(request(4)));
+        let held = slot_of(&rx);
         spares.recycle(&mut rx);
         assert_eq!(kept(&spares), (0, 0), "the driver's end still holds it");
         let (tx2, rx2) = spares.reply();
-        assert_ne!(Arc::as_ptr(&rx2.slot), Arc::as_ptr(&rx.slot));
+        assert_ne!(slot_of(&rx2), held);
         drop((tx2, rx2));
         // A receiver still waiting keeps its slot too.
         let (tx3, mut rx3) = spares.reply();
@@ -649,7 +661,7 @@ mod tests {
     fn slots_given_back_on_another_thread_come_round_through_the_shared_spares() {
         let spares = Arc::new(Spares::<u32>::new());
         let calls: Vec<_> = (0..LOCAL_SPARE_SLOTS + 2).map(|_| spares.reply()).collect();
-        let last = Arc::as_ptr(&calls[calls.len() - 1].1.slot);
+        let last = slot_of(&calls[calls.len() - 1].1);
         let other = Arc::clone(&spares);
         std::thread::spawn(move || {
             for (tx, mut rx) in calls {
@@ -664,12 +676,8 @@ mod tests {
         assert_eq!(kept(&spares), (0, 2), "this thread kept none");
         let (_, first) = spares.reply();
         let (_, second) = spares.reply();
-        assert_eq!(
-            Arc::as_ptr(&second.slot),
-            last,
-            "taken from the shared spares"
-        );
-        assert_ne!(Arc::as_ptr(&first.slot), Arc::as_ptr(&second.slot));
+        assert_eq!(slot_of(&second), last, "taken from the shared spares");
+        assert_ne!(slot_of(&first), slot_of(&second));
         assert_eq!(kept(&spares), (0, 0));
     }
 }
