@@ -47,8 +47,9 @@ const SPARE_SLOTS: usize = 256;
 const LOCAL_SPARE_SLOTS: usize = 64;
 
 /// A reply type whose spare slots are kept on each thread first: a call takes its slot from
-/// (and gives it back to) the thread it runs on without an atomic operation, and only a
-/// thread that has none left (or keeps enough) uses the client's shared spares. Every client
+/// (and gives it back to) the thread it runs on through a plain vector, where the shared
+/// spares' queue did a compare-and-swap on each side, and only a thread that has none left
+/// (or keeps enough) uses the client's shared spares. Every client
 /// on a thread shares its cache: an emptied slot serves any call of the same reply type.
 pub(crate) trait LocalSpares: Sized + 'static {
     /// Runs `f` on this thread's spare slots of this reply type; `None` (without running `f`)
