@@ -87,7 +87,6 @@ pub(super) fn plain() -> Parts<
     }
 }
 
-/// How C bounds its wait for an answer on a runtime.
 /// A hand-written client's writer and reader tasks, on whichever runtime.
 pub(super) trait Finish {
     /// Once the callers' queue is dropped: the writer ends (closing the socket's write side),
@@ -95,6 +94,7 @@ pub(super) trait Finish {
     fn finish(self) -> impl Future<Output = ()>;
 }
 
+/// How C bounds its wait for an answer on a runtime.
 pub(super) trait Timeout: Clone + Send + Sync + 'static {
     /// The answer, or `None` once [`TIMEOUT`] has passed.
     fn within(
