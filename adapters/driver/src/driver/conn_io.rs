@@ -418,10 +418,12 @@ impl Driver {
     /// out first, the rest waits for the next round (`paused`).
     fn decode(&mut self, now: Instant, conn: ConnId, slice: &mut usize) -> Decoding {
         let shared = self.conns.len() > 1;
+        // Looked up once, not per response: only the exits that close the connection change
+        // the map.
+        let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
+            return Decoding::Closed;
+        };
         loop {
-            let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
-                return Decoding::Closed;
-            };
             if *slice == 0 && !open.inbound.is_empty() {
                 open.paused = true;
                 self.paused.push(conn);
