@@ -24,6 +24,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::mem::ManuallyDrop;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
@@ -239,8 +240,9 @@ impl<T> ReplySender<T> {
     }
 
     /// Hands `value` to the caller and wakes it; dropped if the caller stopped waiting.
-    fn send(mut self, value: T) {
-        let Some(slot) = self.slot.take() else {
+    fn send(self, value: T) {
+        // Taken out of a sender that is not dropped after: its drop would find nothing to do.
+        let Some(slot) = ManuallyDrop::new(self).slot.take() else {
             return;
         };
         if slot.flags.load(Ordering::Acquire) & RECEIVER_GONE == 0 {
