@@ -78,13 +78,15 @@ impl<T> Ids<T> {
             return;
         };
         let k = k as usize;
-        if k == len {
+        if k < len {
+            if self.window[k].replace(value).is_none() {
+                self.in_window += 1;
+            }
+        } else {
             if !self.aside.is_empty() {
                 self.aside.remove(&id); // filed aside before: it moves into the window
             }
-            self.window.push_back(None);
-        }
-        if self.window[k].replace(value).is_none() {
+            self.window.push_back(Some(value));
             self.in_window += 1;
         }
         self.keep_window_dense();
