@@ -275,9 +275,12 @@ impl LengthPrefixed {
                 len: payload.len() as u64,
                 max,
             })?;
+        // The header is put in one piece: every put checks the room and moves the length.
+        let mut header = [0; Self::HEADER_LEN];
+        header[..4].copy_from_slice(&(len + Self::ID_LEN).to_be_bytes());
+        header[4..].copy_from_slice(&id.to_be_bytes());
         dst.reserve(Self::HEADER_LEN + payload.len());
-        dst.put_u32(len + Self::ID_LEN);
-        dst.put_u64(id);
+        dst.put_slice(&header);
         dst.put_slice(payload);
         Ok(())
     }
