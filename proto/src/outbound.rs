@@ -184,14 +184,8 @@ impl Outbound {
     }
 
     /// Hands out the unwritten rest of the queued frames, oldest first: at least one, then
-    /// whole frames while the total stays within `max_bytes`. `each` sees every frame handed
-    /// out. Returns the bytes handed out.
-    pub(crate) fn hand_out(
-        &mut self,
-        max_bytes: usize,
-        out: &mut alloc::vec::Vec<Bytes>,
-        mut each: impl FnMut(RequestId),
-    ) -> usize {
+    /// whole frames while the total stays within `max_bytes`. Returns the bytes handed out.
+    pub(crate) fn hand_out(&mut self, max_bytes: usize, out: &mut alloc::vec::Vec<Bytes>) -> usize {
         debug_assert_eq!(self.handed, None, "one hand-out at a time");
         let mut total = 0usize;
         for frame in self.frames.iter_mut().filter(|f| !f.dropped) {
@@ -201,7 +195,6 @@ impl Outbound {
             }
             out.push(frame.bytes.slice(frame.written..));
             frame.handed_out = true;
-            each(frame.id);
             total += rest;
         }
         self.handed = Some(total);

@@ -9,10 +9,10 @@ use crate::time::Instant;
 /// Where a live request is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Stage {
-    /// In its node's outbound queue as frame `seq`, not one byte written.
+    /// In its node's outbound queue as frame `seq`, not yet written whole: untouched, handed
+    /// to the adapter or partly written, which the frame itself says
+    /// ([`Frame::sent`](crate::outbound::Frame::sent)).
     Queued { seq: u64 },
-    /// Frame `seq` is partly written (or handed to the adapter).
-    Writing { seq: u64 },
     /// Fully written on connection generation `conn`; awaiting the response.
     Sent { conn: u32 },
     /// A heartbeat whose frame the adapter has not handed over yet.

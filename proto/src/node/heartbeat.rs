@@ -119,21 +119,17 @@ impl Node {
         let Some(stage) = sink.pool.requests.get(id).map(|r| r.stage) else {
             return;
         };
-        match stage {
-            Stage::Reserved | Stage::Queued { .. } => {
-                if let Stage::Queued { seq } = stage {
-                    self.drop_unsent(sink, id, seq);
-                }
-                sink.pool.requests.remove(id);
-                if let Some(c) = self.conn.as_mut() {
-                    c.heartbeat = None;
-                }
+        let untouched = self.untouched_seq(stage);
+        if stage == Stage::Reserved || untouched.is_some() {
+            if let Some(seq) = untouched {
+                self.drop_unsent(sink, id, seq);
             }
-            Stage::Writing { .. } | Stage::Sent { .. } => {
-                if let Some(r) = sink.pool.requests.get_mut(id) {
-                    r.ended = true;
-                }
+            sink.pool.requests.remove(id);
+            if let Some(c) = self.conn.as_mut() {
+                c.heartbeat = None;
             }
+        } else if let Some(r) = sink.pool.requests.get_mut(id) {
+            r.ended = true;
         }
     }
 

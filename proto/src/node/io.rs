@@ -163,12 +163,20 @@ impl Node {
     /// How much of the request's frame the kernel has accepted, from where it is.
     pub(super) fn sent(&self, stage: Stage) -> Sent {
         match stage {
-            Stage::Queued { .. } | Stage::Reserved => Sent::Nothing,
+            Stage::Reserved => Sent::Nothing,
             Stage::Sent { .. } => Sent::Fully,
-            Stage::Writing { seq } => match self.outbound.get(seq) {
-                Some(f) => f.sent(),
-                None => Sent::Unknown,
-            },
+            Stage::Queued { seq } => self.outbound.get(seq).map_or(Sent::Unknown, Frame::sent),
+        }
+    }
+
+    /// The sequence number of the request's frame if it is queued and untouched (not handed
+    /// out, not one byte written): a frame that can still be dropped unsent.
+    pub(super) fn untouched_seq(&self, stage: Stage) -> Option<u64> {
+        match stage {
+            Stage::Queued { seq } if self.outbound.get(seq).is_some_and(Frame::untouched) => {
+                Some(seq)
+            }
+            _ => None,
         }
     }
 
@@ -197,7 +205,6 @@ impl Node {
     /// cannot be dropped unsent until the write report says none of their bytes went out.
     pub(crate) fn hand_out(
         &mut self,
-        sink: &mut Sink<'_>,
         conn: ConnId,
         max_bytes: usize,
         out: &mut alloc::vec::Vec<Bytes>,
@@ -212,14 +219,7 @@ impl Node {
         if !core::mem::take(&mut c.scheduled) || !self.outbound.has_unhanded() {
             return false;
         }
-        let requests = &mut sink.pool.requests;
-        self.outbound.hand_out(max_bytes, out, |id| {
-            if let Some(r) = requests.get_mut(id) {
-                if let Stage::Queued { seq } = r.stage {
-                    r.stage = Stage::Writing { seq };
-                }
-            }
-        });
+        self.outbound.hand_out(max_bytes, out);
         true
     }
 
@@ -260,10 +260,6 @@ impl Node {
                 }
                 // Handed out, not one byte written: back in the queue, or dropped unsent now if
                 // its request ended meanwhile.
-                let Stage::Writing { seq } = r.stage else {
-                    return false;
-                };
-                r.stage = Stage::Queued { seq };
                 let (ended, heartbeat) = (r.ended, r.heartbeat);
                 if ended {
                     requests.remove(id);
@@ -369,8 +365,8 @@ impl Node {
             .filter(|r| r.node == self.id)
             .filter(|r| match r.stage {
                 Stage::Sent { conn: generation } => generation == conn.generation,
-                Stage::Writing { seq } => outbound.get(seq).is_some_and(|f| f.written > 0),
-                Stage::Queued { .. } | Stage::Reserved => false,
+                Stage::Queued { seq } => outbound.get(seq).is_some_and(|f| f.written > 0),
+                Stage::Reserved => false,
             })
             .map(|r| (r.heartbeat, r.stage));
         let Some((heartbeat, stage)) = found else {
@@ -523,7 +519,7 @@ impl Node {
         self.outbound.compact(|id, new_seq| {
             if let Some(r) = requests.get_mut(id) {
                 match &mut r.stage {
-                    Stage::Queued { seq } | Stage::Writing { seq } => *seq = new_seq,
+                    Stage::Queued { seq } => *seq = new_seq,
                     Stage::Sent { .. } | Stage::Reserved => {}
                 }
             }
@@ -539,7 +535,7 @@ impl Node {
             return;
         };
         sink.end_request(id, outcome, self.sent(stage));
-        if let Stage::Queued { seq } = stage {
+        if let Some(seq) = self.untouched_seq(stage) {
             self.drop_unsent(sink, id, seq);
             self.free_request(sink, id);
         }
@@ -552,7 +548,7 @@ impl Node {
         let Some(stage) = sink.pool.requests.get(id).map(|r| r.stage) else {
             return;
         };
-        if let Stage::Queued { .. } = stage {
+        if self.untouched_seq(stage).is_some() {
             sink.pool.counters.queued_deadline_drops += 1;
             let phase = Phase::Queued;
             self.abandon(sink, id, Outcome::DeadlineExceeded { phase });

@@ -169,35 +169,36 @@ impl Pool {
     }
 
     /// Hands out the queued frames of `conn` (see [`Node::hand_out`]): whether it had any.
-    /// Unlike [`Pool::with_node`], it leaves the census, panic mode and the selection index
-    /// alone: a hand-out changes nothing they read (the node's state, admission, requests and
-    /// writability) and hands back no retry.
+    /// Unlike [`Pool::with_node`], it lends the node none of the pool's parts and leaves the
+    /// census, panic mode and the selection index alone: a hand-out changes nothing they read
+    /// (the node's state, admission, requests and writability), nor any request, timer, event
+    /// or action.
     pub(super) fn hand_out(
         &mut self,
         conn: ConnId,
         max_bytes: usize,
         out: &mut alloc::vec::Vec<bytes::Bytes>,
     ) -> bool {
-        let now = self.clock.advance(Instant::ZERO);
         #[cfg(debug_assertions)]
-        let selection = self.config.selection;
-        let Some((node, mut sink)) = self.node_and_sink(now, conn.node) else {
+        let (now, selection) = (self.clock.advance(Instant::ZERO), self.config.selection);
+        let Some(node) = self
+            .nodes
+            .get_mut(conn.node.index())
+            .and_then(|s| s.node.as_mut())
+            .filter(|n| n.id() == conn.node)
+        else {
             return false;
         };
         #[cfg(debug_assertions)]
         let placement = node.placement(now, selection);
         let census = node.census();
-        let handed = node.hand_out(&mut sink, conn, max_bytes, out);
+        let handed = node.hand_out(conn, max_bytes, out);
         debug_assert_eq!(node.census(), census, "a hand-out moved the census");
         #[cfg(debug_assertions)]
         debug_assert_eq!(
             node.placement(now, selection),
             placement,
             "a hand-out moved the node in the selection index"
-        );
-        debug_assert!(
-            self.shared.retry.is_empty(),
-            "a hand-out handed back a retry"
         );
         handed
     }
