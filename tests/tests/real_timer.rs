@@ -2,7 +2,8 @@
 //! after every reset, to the same deadline too; and the driver re-arms its timer after every
 //! fire, so a deadline the pool offers again after a fire (a clock that reads behind its
 //! timers) still fires, on timers that stay pending after firing (async-io's) as on those that
-//! stay ready (tokio's).
+//! stay ready (tokio's). A timer that is armed and waiting is polled again only once its
+//! waker woke the driver, not on every round.
 
 use std::fmt;
 use std::future::poll_fn;
@@ -195,7 +196,94 @@ async fn a_deadline_offered_again_after_its_timer_fired_still_fires(runtime: Arc
     client.shutdown().await;
 }
 
+/// A runtime whose timers count their polls.
+#[derive(Debug)]
+struct PollCounting {
+    inner: Arc<dyn Runtime>,
+    polls: Arc<AtomicUsize>,
+}
+
+impl Runtime for PollCounting {
+    fn now(&self) -> Instant {
+        self.inner.now()
+    }
+
+    fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn Timer>> {
+        Box::pin(CountedTimer {
+            inner: self.inner.new_timer(deadline),
+            polls: Arc::clone(&self.polls),
+        })
+    }
+
+    fn spawn(&self, future: BoxFuture<'static, ()>) {
+        self.inner.spawn(future);
+    }
+
+    fn connect(
+        &self,
+        socket: PreparedSocket,
+        addr: SocketAddr,
+    ) -> BoxFuture<'static, io::Result<Box<dyn IoStream>>> {
+        self.inner.connect(socket, addr)
+    }
+}
+
+#[derive(Debug)]
+struct CountedTimer {
+    inner: Pin<Box<dyn Timer>>,
+    polls: Arc<AtomicUsize>,
+}
+
+impl Timer for CountedTimer {
+    fn reset(mut self: Pin<&mut Self>, deadline: Instant) {
+        self.inner.as_mut().reset(deadline);
+    }
+
+    fn poll_fire(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.polls.fetch_add(1, Ordering::Relaxed);
+        self.inner.as_mut().poll_fire(cx)
+    }
+}
+
+/// One caller's requests one after the other, each answered long before any deadline: the
+/// timer, armed at the first request's deadline, covers every later one (deadlines move
+/// later), and it is not polled again for each request while it waits.
+async fn a_waiting_timer_is_not_polled_on_every_round(runtime: Arc<dyn Runtime>) {
+    const REQUESTS: usize = 100;
+    let peer = Peer::start(Behaviour::Echo);
+    let polls = Arc::new(AtomicUsize::new(0));
+    let counting: Arc<dyn Runtime> = Arc::new(PollCounting {
+        inner: Arc::clone(&runtime),
+        polls: Arc::clone(&polls),
+    });
+    let client = ClientBuilder::new(test_config())
+        .node(peer.addr())
+        .build(counting)
+        .unwrap();
+    for round in 0..REQUESTS {
+        let answer = within(
+            &*runtime,
+            Duration::from_secs(5),
+            client.send(Target::Best, "ping", Duration::from_secs(10)),
+        )
+        .await;
+        assert!(
+            matches!(answer, Some(Ok(ref payload)) if payload == "ping"),
+            "request {round}: {answer:?}"
+        );
+    }
+    // A few: the connect's deadline and the first requests', and one more per write timeout
+    // that fires (500 ms) should the machine be slow; one per request polls every round.
+    let polled = polls.load(Ordering::Relaxed);
+    assert!(
+        polled < REQUESTS / 4,
+        "the timer was polled {polled} times for {REQUESTS} requests"
+    );
+    client.shutdown().await;
+}
+
 test_on_every_runtime!(
     a_timer_reset_to_the_same_deadline_fires_again,
     a_deadline_offered_again_after_its_timer_fired_still_fires,
+    a_waiting_timer_is_not_polled_on_every_round,
 );

@@ -13,7 +13,9 @@
 //! The timer is reset after every fire, even to the same deadline: the [`Timer`] contract
 //! lets a fired timer stay pending until it is reset (async-io's does), and a coarse clock may
 //! still read before the deadline when the timer fires, so the pool offers it again. Between
-//! fires it is moved only to an earlier deadline: one that fires early is simply re-armed.
+//! fires it is moved only to an earlier deadline: one that fires early is simply re-armed. It
+//! is polled with a waker of its own ([`wake`]): right after it is armed, and after that only
+//! once that waker woke the driver, not on every round.
 //!
 //! The clock is read once per round and every input of the round carries that time: a round
 //! never waits, and a clock read per input was a tenth of the driver's time.
@@ -59,7 +61,7 @@ use conn_io::{OpenConn, WriteBufs};
 use ids::Ids;
 use setup::Connecting;
 use waiters::Waiters;
-use wake::Wakeups;
+use wake::{TimerWake, Wakeups};
 
 /// A request from a client handle to the driver.
 #[derive(Debug)]
@@ -160,6 +162,9 @@ pub(crate) struct Driver {
     /// The inbox's waker ([`Wakeups`] itself: it marks the inbox and wakes the task), for
     /// asking the inbox for commands.
     inbox_waker: Waker,
+    /// The timer's waker ([`TimerWake`]: it marks the timer and wakes the task), for polling
+    /// the timer.
+    timer_waker: Waker,
     /// Connections whose decoding paused, to resume in the next round (one left at the end
     /// of a round is a reason for another: [`Driver::round`]).
     paused: Vec<ConnId>,
@@ -278,6 +283,7 @@ impl Driver {
             answered: 0,
             follow_up: FollowUp::default(),
             inbox_waker: Waker::from(Arc::clone(&wakeups)),
+            timer_waker: TimerWake::waker(&wakeups),
             wakeups,
             paused: Vec::new(),
             setups: Vec::new(),
@@ -321,7 +327,7 @@ impl Driver {
         self.take_commands();
         let mut again = self.poll_setups(cx);
         self.poll_io(cx);
-        again |= self.poll_timer(cx);
+        again |= self.poll_timer();
         self.settle();
         again || self.follow_up.any() || !self.paused.is_empty() || self.pool.has_transmit()
     }
@@ -665,24 +671,31 @@ impl Driver {
 
     /// Arms the timer at the next deadline (the pool's, or a readiness recheck) and fires what
     /// is due.
-    fn poll_timer(&mut self, cx: &mut Context<'_>) -> bool {
+    fn poll_timer(&mut self) -> bool {
         let due = self.pool.poll_timeout();
         let Some(next) = earliest(due, self.ready_recheck) else {
             return false;
         };
         // Armed at or before the next deadline already (the usual case: the earliest deadline
         // mostly moves later, with every answered request): nothing is due until the timer
-        // fires, and the round need not read the clock to know it. A deadline the clock has
-        // passed but the timer has not (a timer wheel rounds up to its tick) waits for it.
-        // Otherwise the clock says whether the deadline has passed, and if not the timer
-        // moves to it.
+        // fires, and the round need not read the clock to know it; nor poll the timer before
+        // its waker woke (below). A deadline the clock has passed but the timer has not (a
+        // timer wheel rounds up to its tick) waits for it. Otherwise the clock says whether
+        // the deadline has passed, and if not the timer moves to it.
         let covered = self
             .timer
             .as_ref()
             .is_some_and(|armed| armed.at.is_some_and(|at| at <= next));
         if covered || next > self.now() {
             let armed = match &mut self.timer {
-                Some(armed) if covered => armed,
+                Some(armed) if covered => {
+                    // Polled since it was armed (right after, below) and still pending then, it
+                    // holds the timer's waker: until that woke, it cannot have fired.
+                    if !self.wakeups.take_timer() {
+                        return false;
+                    }
+                    armed
+                }
                 timer => {
                     let Some(deadline) = self
                         .origin
@@ -702,6 +715,7 @@ impl Driver {
                     }
                 }
             };
+            let cx = &mut Context::from_waker(&self.timer_waker);
             if armed.timer.as_mut().poll_fire(cx).is_pending() {
                 return false;
             }

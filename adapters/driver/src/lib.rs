@@ -185,9 +185,11 @@
 //!    clock the timers run on (a virtual clock, like tokio's paused time, moves keepwire's
 //!    deadlines too). A coarse clock that reads a little behind its timers is fine.
 //! 2. **Timers**, [`Runtime::new_timer`]: one [`Timer`] per driver, reset to each new
-//!    deadline. `poll_fire` must be `Ready` once the deadline has passed; after that the
-//!    timer may stay ready or stay pending until reset, because the driver resets it after
-//!    every fire (edge-triggered timers, like async-io's, are fine). tokio's `Sleep` and
+//!    deadline. `poll_fire` must be `Ready` once the deadline has passed, and a poll that
+//!    returns `Pending` must have the waker it was given woken then (the driver polls a
+//!    waiting timer again only once that waker woke); after it fired the timer may stay
+//!    ready or stay pending until reset, because the driver resets it after every fire
+//!    (edge-triggered timers, like async-io's, are fine). tokio's `Sleep` and
 //!    async-io's `Timer` implement the trait already (features `tokio`, `async-io`).
 //! 3. **Spawning**, [`Runtime::spawn`]: the driver is one `Send` future that runs until the
 //!    client shuts down (or the last [`Client`] is dropped). It never blocks: it holds no

@@ -188,7 +188,8 @@ pub trait Timer: Send + fmt::Debug {
     fn reset(self: Pin<&mut Self>, deadline: Instant);
 
     /// `Ready` once the deadline has passed (at least once per [`reset`](Timer::reset));
-    /// registers the waker otherwise.
+    /// registers the waker otherwise, to be woken when the deadline passes (the driver polls
+    /// a waiting timer again only once that waker woke).
     fn poll_fire(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()>;
 }
 

@@ -14,6 +14,11 @@
 //! driver (the inbox's waker is [`Wakeups`] itself): a round that a socket woke, to read an
 //! answer, used to ask it too, and find nothing.
 //!
+//! The timer is polled with a waker of its own too ([`TimerWake`]), which marks the timer and
+//! wakes the task: a round polls a timer that is armed and waiting only after that mark, not on
+//! every round (a tokio `Sleep` polled for nothing was about a hundred instructions per
+//! request at one in flight).
+//!
 //! No lock: the list is a bounded lock-free queue and the task's waker an `AtomicWaker`
 //! (`concurrent-queue` and `atomic-waker`, pieces smol is built on). A wake that finds the list
 //! full sets a flag instead, and the next round looks at every open connection's mark.
@@ -44,6 +49,8 @@ pub(super) struct Wakeups {
     /// The command inbox woke the driver (or a round left commands in it): the next round
     /// asks it for commands. A round that only a socket or the timer woke does not.
     inbox: AtomicBool,
+    /// The timer's waker woke the driver: the next round polls the timer.
+    timer: AtomicBool,
 }
 
 impl Default for Wakeups {
@@ -54,6 +61,7 @@ impl Default for Wakeups {
             listed: AtomicBool::new(false),
             overflowed: AtomicBool::new(false),
             inbox: AtomicBool::new(true),
+            timer: AtomicBool::new(false),
         }
     }
 }
@@ -94,6 +102,12 @@ impl Wakeups {
         self.inbox.store(true, Ordering::Release);
     }
 
+    /// Whether the timer's waker woke since the last call, clearing the mark. Taken before
+    /// the timer is polled, so a wake after that poll marks it again.
+    pub(super) fn take_timer(&self) -> bool {
+        self.timer.load(Ordering::Relaxed) && self.timer.swap(false, Ordering::Acquire)
+    }
+
     fn list(&self, conn: ConnId, wake_task: bool) {
         if self.woken.push(conn).is_err() {
             self.overflowed.store(true, Ordering::Release);
@@ -119,6 +133,36 @@ impl Wake for Wakeups {
         if !self.inbox.swap(true, Ordering::AcqRel) {
             self.task.wake();
         }
+    }
+}
+
+/// The driver's timer's waker: it marks the timer and wakes the task. A timer that returned
+/// `Pending` holds it (the [`Timer`](crate::Timer) contract: `poll_fire` registers the waker
+/// it is given), so until the mark is set that timer has nothing new to say, whatever runtime
+/// made it; one that runs out of a cooperative budget wakes it at once, and is polled again.
+#[derive(Debug)]
+pub(super) struct TimerWake {
+    wakeups: Arc<Wakeups>,
+}
+
+impl TimerWake {
+    /// The timer's waker, for the driver of `wakeups`.
+    pub(super) fn waker(wakeups: &Arc<Wakeups>) -> Waker {
+        Waker::from(Arc::new(Self {
+            wakeups: Arc::clone(wakeups),
+        }))
+    }
+}
+
+impl Wake for TimerWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Set before the wake: the round it brings finds the mark.
+        self.wakeups.timer.store(true, Ordering::Release);
+        self.wakeups.task.wake();
     }
 }
 
