@@ -332,10 +332,13 @@ impl Driver {
     /// If `conn` woke the driver or paused decoding: resumes a paused decode, then reads until
     /// the socket would block (registering the connection's read waker), decoding after each
     /// read, unless decoding pauses or the connection ends. Returns whether it did any of it.
+    ///
+    /// The connection is looked up once, and again only after a decode (which may close it).
     fn fill(&mut self, conn: ConnId) -> bool {
-        let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
+        let Some(Conn::Open(found)) = self.conns.get_mut(&conn) else {
             return false;
         };
+        let mut open = found;
         // Both taken. A paused connection is read once its buffer is drained, woken or not:
         // the read before the pause did not run the socket dry, so no wake may come.
         let woken = open.read_wake.take();
@@ -343,19 +346,19 @@ impl Driver {
         if !woken && !paused {
             return false;
         }
-        let waker = open.read_wake.waker().clone();
-        let cx = &mut Context::from_waker(&waker);
         let mut slice = answer_slice(self.pool.in_flight(conn.node()).unwrap_or(0));
         if paused {
             let now = round_now(&self.clock, &*self.runtime, self.origin);
             if self.decode(now, conn, &mut slice) != Decoding::Drained {
                 return true;
             }
-        }
-        for _ in 0..READ_BUDGET {
-            let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
+            let Some(Conn::Open(drained)) = self.conns.get_mut(&conn) else {
                 return true;
             };
+            open = drained;
+        }
+        for _ in 0..READ_BUDGET {
+            let cx = &mut Context::from_waker(open.read_wake.waker());
             // A connection that awaits responses reads them in place, into its chunk (64 KiB,
             // or 256 KiB once its responses are large: `Pools::reserve`), which moves (with
             // what it holds) to a recycled one when it has less room than a read's worth (a
@@ -400,6 +403,10 @@ impl Driver {
                     if self.decode(now, conn, &mut slice) != Decoding::Drained {
                         return true;
                     }
+                    let Some(Conn::Open(drained)) = self.conns.get_mut(&conn) else {
+                        return true;
+                    };
+                    open = drained;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
@@ -409,7 +416,7 @@ impl Driver {
             }
         }
         // The budget ran out with bytes perhaps still to read: marked, for the next round.
-        cx.waker().wake_by_ref();
+        open.read_wake.waker().wake_by_ref();
         true
     }
 
