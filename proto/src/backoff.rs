@@ -28,7 +28,7 @@ impl Backoff {
     /// The value for step `n` (0 for the first), with `draw` as the jitter draw.
     ///
     /// `draw` comes from the pool's seeded [`Rng`](crate::rng::Rng); tests pass
-    /// [`Unit::ZERO`] or [`Unit::MAX`] to pin the jitter at its extremes.
+    /// [`Unit::ZERO`] or `Unit::MAX` to pin the jitter at its extremes.
     pub(crate) fn delay(&self, n: u32, draw: Unit) -> Duration {
         if self.base >= self.max {
             return self.max;

@@ -43,7 +43,7 @@ impl Rng {
 
 /// A number in `[0, 1)` with 53 bits of precision: one PRNG draw, ready to scale.
 ///
-/// Tests inject [`Unit::ZERO`] and [`Unit::MAX`] to pin jitter at its extremes.
+/// Tests inject [`Unit::ZERO`] and `Unit::MAX` to pin jitter at its extremes.
 #[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
 pub(crate) struct Unit(f64);
 

@@ -230,7 +230,7 @@ impl SendError {
         }
     }
 
-    /// The [`io::ErrorKind`](std::io::ErrorKind) a caller speaking `std::io` would expect:
+    /// The [`io::ErrorKind`] a caller speaking `std::io` would expect:
     /// `TimedOut` for [`is_timeout`](Self::is_timeout), `ConnectionReset`, `ConnectionRefused`
     /// or `ConnectionAborted` for a lost connection by its cause, `WouldBlock` for the
     /// fail-fast refusals (not writable, memory budget, in-flight limit), `NotConnected` when no

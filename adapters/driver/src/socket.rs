@@ -22,7 +22,7 @@ use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
 /// It is already non-blocking. A runtime either hands it to its own connect
 /// ([`into_std`](Self::into_std), then e.g. tokio's `TcpSocket::from_std_stream`) or starts a
 /// non-blocking connect itself ([`begin_connect`](Self::begin_connect)), waits until the
-/// socket is writable, and finishes with [`finish_connect`](crate::finish_connect).
+/// socket is writable, and finishes with [`finish_connect`].
 #[derive(Debug)]
 pub struct PreparedSocket {
     socket: Socket,
@@ -50,7 +50,7 @@ impl PreparedSocket {
     ///
     /// The flag is `true` if the connection completed at once, `false` if it is in progress:
     /// register the stream with the reactor, wait until it is writable, then call
-    /// [`finish_connect`](crate::finish_connect).
+    /// [`finish_connect`].
     pub fn begin_connect(self, addr: SocketAddr) -> io::Result<(std::net::TcpStream, bool)> {
         let done = match self.socket.connect(&addr.into()) {
             Ok(()) => true,

@@ -1,7 +1,7 @@
 //! The hand-offs between client handles and the driver task: an unbounded command queue
 //! into the driver and the event fan-out on tokio's `sync` channels (well-kept and
 //! loom-tested; they need no tokio runtime, so the driver and its callers may run on any
-//! executor), and a one-shot reply per call of keepwire's own ([`reply`]), whose slots a
+//! executor), and a one-shot reply per call of keepwire's own ([`reply`](mod@reply)), whose slots a
 //! client's sends take from and give back to its spares ([`Spares`]), so that a send
 //! allocates none in steady state. What is left here gives them keepwire's semantics:
 //!

@@ -426,7 +426,7 @@ impl Pool {
 
     /// Whether the heap entry `(at, key)` is what its owner holds: the node's timer armed at
     /// `at`, or a live request's deadline. Every entry is (the owners cancel what they stop),
-    /// which [`Pool::check_invariants`] checks.
+    /// which the test and fuzzing builds check (`Pool::check_invariants`).
     pub(crate) fn timer_valid(&self, at: Instant, key: TimerKey) -> bool {
         match key {
             TimerKey::Node(node, timer) => self.node(node).is_ok_and(|n| n.timer_armed(timer, at)),
