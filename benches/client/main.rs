@@ -475,11 +475,8 @@ async fn tokio_run(
 ) -> Result<Run, Box<dyn std::error::Error>> {
     Ok(match kind {
         Kind::A => {
-            let client = keepwire_tokio::client(Config::default())
-                .node(addr)
-                .nodes(idle.iter().copied())
-                .build()?;
-            keepwire_run(client, &Tokio, cell, phase).await?
+            let builder = keepwire_tokio::client(Config::default());
+            keepwire_run(builder, addr, idle, &Tokio, cell, phase).await?
         }
         Kind::B => hand_run(hand_tokio::connect, addr, idle, &Tokio, cell, phase).await?,
         Kind::C => {
@@ -498,11 +495,8 @@ async fn smol_run(
 ) -> Result<Run, Box<dyn std::error::Error>> {
     Ok(match kind {
         Kind::A => {
-            let client = keepwire_smol::client(Config::default())
-                .node(addr)
-                .nodes(idle.iter().copied())
-                .build()?;
-            keepwire_run(client, &Smol, cell, phase).await?
+            let builder = keepwire_smol::client(Config::default());
+            keepwire_run(builder, addr, idle, &Smol, cell, phase).await?
         }
         Kind::B => hand_run(hand_smol::connect, addr, idle, &Smol, cell, phase).await?,
         Kind::C => {
@@ -512,14 +506,18 @@ async fn smol_run(
     })
 }
 
-/// A: every node's connection opened (the idle ones answered once), the first measured, then
-/// the client shut down.
-async fn keepwire_run(
-    client: keepwire_driver::Client,
+/// A, built on its runtime's `builder` with `addr` and the idle servers as its nodes: every
+/// node's connection opened (the idle ones answered once), the first measured, then the client
+/// shut down.
+async fn keepwire_run<R: keepwire_driver::Runtime>(
+    builder: keepwire_driver::BoundClientBuilder<R>,
+    addr: SocketAddr,
+    idle: &[SocketAddr],
     exec: &impl Exec,
     cell: Cell,
     phase: Duration,
-) -> Result<Run, keepwire_driver::SendError> {
+) -> Result<Run, Box<dyn std::error::Error>> {
+    let client = builder.node(addr).nodes(idle.iter().copied()).build()?;
     let caller = Keepwire::new(client.clone());
     caller.open_idle().await?;
     let run = measure(&caller, exec, cell, phase).await;
