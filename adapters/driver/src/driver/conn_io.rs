@@ -335,10 +335,10 @@ impl Driver {
     ///
     /// The connection is looked up once, and again only after a decode (which may close it).
     fn fill(&mut self, conn: ConnId) -> bool {
-        let Some(Conn::Open(found)) = self.conns.get_mut(&conn) else {
-            return false;
+        let mut open = match self.conns.get_mut(&conn) {
+            Some(Conn::Open(open)) => open,
+            _ => return false,
         };
-        let mut open = found;
         // Both taken. A paused connection is read once its buffer is drained, woken or not:
         // the read before the pause did not run the socket dry, so no wake may come.
         let woken = open.read_wake.take();
