@@ -101,6 +101,16 @@ impl Requests {
         Some(slot.request)
     }
 
+    /// Frees the slot of `id`, which [`Requests::get`] has just found live: what
+    /// [`Requests::remove`] does without looking again.
+    pub(crate) fn free_found(&mut self, id: RequestId) {
+        let slot = &mut self.slots[id.slot()];
+        debug_assert!(slot.live && slot.generation == id.generation(), "{id:?} is not live");
+        slot.live = false;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(id.slot() as u32);
+    }
+
     /// Every live request, for invariant checks.
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn iter(&self) -> impl Iterator<Item = (RequestId, &Request)> {

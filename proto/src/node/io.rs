@@ -368,8 +368,8 @@ impl Node {
                 Stage::Queued { seq } => outbound.get(seq).is_some_and(|f| f.written > 0),
                 Stage::Reserved => false,
             })
-            .map(|r| (r.heartbeat, r.stage));
-        let Some((heartbeat, stage)) = found else {
+            .copied();
+        let Some(r) = found else {
             sink.pool.counters.protocol_violations += 1;
             let violation = Violation::UnknownRequest(id);
             self.close(sink, CloseReason::Protocol(violation), true);
@@ -379,16 +379,14 @@ impl Node {
             c.partial_since = None;
             self.disarm(sink, NodeTimer::Frame);
         }
-        if heartbeat {
+        if r.heartbeat {
             self.heartbeat_answered(sink, id);
             return Ok(());
         }
         // Nothing more can arrive for it: its slot goes now, its event (if it has not ended
         // yet) with what the slot said.
-        let sent = self.sent(stage);
-        let Some(r) = sink.pool.requests.remove(id) else {
-            return Ok(());
-        };
+        let sent = self.sent(r.stage);
+        sink.pool.requests.free_found(id);
         if r.ended {
             sink.pool.counters.late_responses += 1;
         } else {
