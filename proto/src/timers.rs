@@ -516,13 +516,17 @@ impl TimerHeap {
     /// that instant (every part's first entry is live, so the least of them is the answer).
     #[inline]
     pub(crate) fn next_instant(&self) -> Option<Instant> {
-        let firsts = [
-            self.nodes.entries.first().map(|e| e.0),
-            self.requests.entries.first().map(|e| e.0),
-            self.early.last().map(|e| e.0),
-            self.lane.front().map(|e| e.0),
-        ];
-        let next = firsts.into_iter().flatten().min();
+        // An empty part counts as the latest instant, and `any` says whether a part holds an
+        // entry at all: four loads and three `min`s, where an iterator over four options
+        // copied them through the stack (an adapter asks this after every round).
+        let at = |first: Option<Instant>| first.map_or(u64::MAX, Instant::as_nanos);
+        let nodes = self.nodes.entries.first().map(|e| e.0);
+        let requests = self.requests.entries.first().map(|e| e.0);
+        let early = self.early.last().map(|e| e.0);
+        let lane = self.lane.front().map(|e| e.0);
+        let any = nodes.is_some() | requests.is_some() | early.is_some() | lane.is_some();
+        let least = at(nodes).min(at(requests)).min(at(early).min(at(lane)));
+        let next = any.then_some(Instant::from_nanos(least));
         debug_assert_eq!(next, self.peek().map(|(at, _)| at));
         next
     }
