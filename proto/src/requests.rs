@@ -105,7 +105,10 @@ impl Requests {
     /// [`Requests::remove`] does without looking again.
     pub(crate) fn free_found(&mut self, id: RequestId) {
         let slot = &mut self.slots[id.slot()];
-        debug_assert!(slot.live && slot.generation == id.generation(), "{id:?} is not live");
+        debug_assert!(
+            slot.live && slot.generation == id.generation(),
+            "{id:?} is not live"
+        );
         slot.live = false;
         slot.generation = slot.generation.wrapping_add(1);
         self.free.push(id.slot() as u32);
