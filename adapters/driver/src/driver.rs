@@ -22,7 +22,7 @@
 
 use std::any::Any;
 use std::cell::Cell;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
@@ -50,6 +50,7 @@ use crate::telemetry::Telemetry;
 // Child modules (not siblings) so that the driver's fields stay private to the driver.
 mod chunks;
 mod conn_io;
+mod conn_table;
 mod ids;
 mod ready;
 mod setup;
@@ -58,6 +59,7 @@ mod wake;
 
 use chunks::{Pools, Sizing};
 use conn_io::{OpenConn, WriteBufs};
+use conn_table::ConnTable;
 use ids::Ids;
 use setup::Connecting;
 use waiters::Waiters;
@@ -141,7 +143,7 @@ pub(crate) struct Driver {
     hook: Option<Arc<dyn HandshakeHook>>,
     /// Resolves the names of nodes added by name, on every connect attempt.
     resolver: Arc<dyn Resolver>,
-    conns: BTreeMap<ConnId, Conn>,
+    conns: ConnTable<Conn>,
     waiting: Waiters<Waiting>,
     commands: Vec<Command>,
     timer: Option<Armed>,
@@ -270,7 +272,7 @@ impl Driver {
             chunks: Pools::new(),
             hook,
             resolver,
-            conns: BTreeMap::new(),
+            conns: ConnTable::default(),
             waiting: Waiters::default(),
             commands: Vec::new(),
             timer: None,
