@@ -48,12 +48,28 @@ impl<T> Default for Ids<T> {
 impl<T> Ids<T> {
     /// The next id `bits` wide that names no request that may still be answered; `None`
     /// when every such id is taken.
+    #[inline]
     pub(crate) fn next_free(&mut self, bits: u32) -> Option<u64> {
         let mask = if bits >= 64 {
             u64::MAX
         } else {
             (1u64 << bits.max(1)) - 1
         };
+        // The usual case, ids given and filed in sequence: the next id is the one right after
+        // the window, which names nothing while nothing is aside. Being free, it is also the
+        // first the search would find (and some id is free), so this is the search's answer,
+        // without its calls and loop.
+        let id = self.next & mask;
+        if self.follows_window(id) {
+            self.next = self.next.wrapping_add(1);
+            return Some(id);
+        }
+        self.search_free(mask)
+    }
+
+    /// [`next_free`](Self::next_free) past its usual case: tries the ids in turn from `next`.
+    #[inline(never)]
+    fn search_free(&mut self, mask: u64) -> Option<u64> {
         if (self.len() as u64) > mask {
             return None;
         }
@@ -66,9 +82,36 @@ impl<T> Ids<T> {
         }
     }
 
+    /// Whether `id` comes right after the window (or would start an empty one) with nothing
+    /// aside: then it names nothing, and filing it is a push onto the window.
+    #[inline]
+    fn follows_window(&self, id: u64) -> bool {
+        self.aside.is_empty()
+            && (self.window.is_empty()
+                || id.checked_sub(self.base) == Some(self.window.len() as u64))
+    }
+
     /// Files `value` under `id`, replacing what it named: in the window if the window covers
     /// it or it comes right after (an empty window starts at it), else aside.
+    #[inline]
     pub(crate) fn insert(&mut self, id: u64, value: T) {
+        // The usual case, the id [`next_free`](Self::next_free) just gave: pushed, with what
+        // the general case would check for it already known.
+        if self.follows_window(id) {
+            if self.window.is_empty() {
+                self.base = id;
+            }
+            self.window.push_back(Some(value));
+            self.in_window += 1;
+            self.keep_window_dense();
+            return;
+        }
+        self.insert_anywhere(id, value);
+    }
+
+    /// [`insert`](Self::insert) past its usual case.
+    #[inline(never)]
+    fn insert_anywhere(&mut self, id: u64, value: T) {
         if self.window.is_empty() {
             self.base = id;
         }
@@ -148,7 +191,16 @@ impl<T> Ids<T> {
     }
 
     /// Moves live ids from the window's front aside while the window is mostly holes.
+    #[inline]
     fn keep_window_dense(&mut self) {
+        if self.window.len() > 2 * self.in_window + WINDOW_SLACK {
+            self.move_front_aside();
+        }
+    }
+
+    /// [`keep_window_dense`](Self::keep_window_dense) once the window is mostly holes.
+    #[inline(never)]
+    fn move_front_aside(&mut self) {
         while self.window.len() > 2 * self.in_window + WINDOW_SLACK {
             if let Some(Some(value)) = self.window.pop_front() {
                 self.in_window -= 1;
