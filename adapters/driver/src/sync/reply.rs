@@ -190,11 +190,11 @@ impl<T> Slot<T> {
         }
     }
 
-    /// Back to new, for the next call: only its last holder may do it.
+    /// Back to new, for the next call: only its last holder may do it. Replaced whole: held
+    /// alone, its answer left behind (if any) and its waker are simply dropped, without the
+    /// compare-and-swap and read-modify-writes of a shared pop and take.
     fn empty(&mut self) {
-        while self.value.pop().is_ok() {}
-        drop(self.waker.take());
-        *self.flags.get_mut() = 0;
+        *self = Self::new();
     }
 
     /// Sets `flag`; returns the flags as they were before.
