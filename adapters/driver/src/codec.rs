@@ -322,6 +322,14 @@ impl LengthPrefixed {
 
     /// Cuts the first complete frame off `buf`: `(correlation id, payload)`.
     pub fn cut(&self, buf: &mut BytesMut) -> Result<Option<(u64, Bytes)>, Violation> {
+        self.cut_inline(buf)
+    }
+
+    /// [`cut`](Self::cut), inlined into the decoder, which then builds its result in place
+    /// instead of calling `cut` and moving its result into another
+    /// (always: a plain hint left it out of line).
+    #[inline(always)]
+    fn cut_inline(&self, buf: &mut BytesMut) -> Result<Option<(u64, Bytes)>, Violation> {
         let Some((id, payload_len)) = self.parse_header(buf)? else {
             return Ok(None);
         };
@@ -373,7 +381,7 @@ impl Codec for LengthPrefixed {
 impl Decoder for LengthPrefixed {
     fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, Violation> {
         Ok(self
-            .cut(buf)?
+            .cut_inline(buf)?
             .map(|(id, payload)| Decoded::Tagged { id, payload }))
     }
 }
