@@ -62,6 +62,9 @@ pub(crate) trait LocalSpares: Sized + 'static {
 macro_rules! local_spares {
     ($t:ty) => {
         impl $crate::sync::LocalSpares for $t {
+            // Inlined into the call's take and give back: a thread-local access and a vector
+            // push or pop, smaller than a call.
+            #[inline]
             fn with_local<R>(
                 f: impl FnOnce(&mut Vec<::std::sync::Arc<$crate::sync::Slot<Self>>>) -> R,
             ) -> Option<R> {
@@ -94,11 +97,18 @@ impl<T: LocalSpares> Spares<T> {
 
     /// A one-shot reply for one call, in a spare slot if there is one.
     pub(crate) fn reply(&self) -> (ReplySender<T>, ReplyReceiver<T>) {
-        let slot = T::with_local(Vec::pop)
-            .flatten()
-            .or_else(|| self.slots.pop().ok())
-            .unwrap_or_else(|| Arc::new(Slot::new()));
+        let slot = match T::with_local(Vec::pop).flatten() {
+            Some(slot) => slot,
+            None => self.shared_or_new(),
+        };
         ends(slot)
+    }
+
+    /// A slot from the client's shared spares, or a new one: out of line, so the usual case
+    /// (a slot of the thread's own) does not set up the stack frame a new slot needs.
+    #[inline(never)]
+    fn shared_or_new(&self) -> Arc<Slot<T>> {
+        self.slots.pop().unwrap_or_else(|_| Arc::new(Slot::new()))
     }
 
     /// Keeps the slot of a call that is over (its receiver returned the answer or stopped
