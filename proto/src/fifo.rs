@@ -8,6 +8,9 @@
 //! starts again at the beginning of its buffer, and one that never empties drops the items
 //! read once they are three quarters of its buffer, so it holds at most about four times its
 //! items and moves at most one for every three it reads.
+//!
+//! [`Queue`] is the same for items that are not `Copy` (the pool's events), moved out as they
+//! are read.
 
 use alloc::vec::Vec;
 
@@ -115,6 +118,76 @@ impl<T: Copy> Fifo<T> {
     }
 }
 
+/// A first-in first-out queue of items that are not `Copy` (the pool's events): a [`Fifo`]
+/// whose items are moved out as they are read, leaving `None` behind. Like a [`Fifo`], a push
+/// is a `Vec` push and a pop moves the start on, both inlined (a `VecDeque`'s push is an
+/// out-of-line call here); the last item is popped off the `Vec` itself, so a queue that
+/// empties (the usual case) starts again at the beginning of its buffer.
+#[derive(Debug)]
+pub(crate) struct Queue<T> {
+    items: Vec<Option<T>>,
+    /// Where the queue starts in `items`: those before it have been read (and are `None`).
+    start: usize,
+}
+
+impl<T> Default for Queue<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> Queue<T> {
+    pub(crate) const fn new() -> Self {
+        Self {
+            items: Vec::new(),
+            start: 0,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.items.len() - self.start
+    }
+
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    #[inline]
+    pub(crate) fn push_back(&mut self, item: T) {
+        self.items.push(Some(item));
+    }
+
+    // `#[inline]` alone was not taken: the pool's `poll_event` made it a call, twice a request.
+    #[inline(always)]
+    pub(crate) fn pop_front(&mut self) -> Option<T> {
+        if self.len() <= 1 {
+            // The last item (or none): off the end of the buffer, which then starts afresh.
+            let item = self.items.pop()?;
+            self.start = 0;
+            if !self.items.is_empty() {
+                self.items.clear();
+            }
+            return item;
+        }
+        let item = self.items.get_mut(self.start).and_then(Option::take);
+        self.start += 1;
+        if self.start >= SLACK && self.start >= 3 * self.len() {
+            self.drop_read();
+        }
+        item
+    }
+
+    /// Drops the items read from the buffer (rare: only a queue that never empties), out of
+    /// the inlined pop's way.
+    #[cold]
+    fn drop_read(&mut self) {
+        self.items.drain(..self.start);
+        self.start = 0;
+    }
+}
+
 impl<T> core::ops::Index<usize> for Fifo<T> {
     type Output = T;
 
@@ -130,6 +203,7 @@ mod tests {
     use super::*;
     use crate::tests::xorshift;
     use alloc::collections::VecDeque;
+    use alloc::string::ToString;
 
     /// Pushes, pops, retains and takes, against a `VecDeque` doing the same: the same items in
     /// the same order, and a buffer never more than four times the items plus the slack.
@@ -203,6 +277,48 @@ mod tests {
                 drops += usize::from(read == 0);
             }
             assert_eq!(drops, 10, "window {window}");
+        }
+    }
+
+    /// A [`Queue`] pushes and pops as a `VecDeque` does, and keeps its buffer within four
+    /// times its items plus the slack whether it empties often or never.
+    #[test]
+    fn a_queue_of_items_that_are_not_copy_pops_as_a_vec_deque_does() {
+        let mut queue = Queue::new();
+        let mut model = VecDeque::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for step in 0..50_000u32 {
+            xorshift(&mut x);
+            // Long runs of pushes, then of pops, so the queue both empties and slides.
+            let push = if (step / 500) % 2 == 0 {
+                x % 8 < 5
+            } else {
+                x % 8 < 3
+            };
+            if push {
+                let item = step.to_string();
+                queue.push_back(item.clone());
+                model.push_back(item);
+            } else {
+                assert_eq!(queue.pop_front(), model.pop_front(), "step {step}");
+            }
+            assert_eq!(queue.len(), model.len());
+            assert_eq!(queue.is_empty(), model.is_empty());
+            assert!(queue.items[..queue.start].iter().all(Option::is_none));
+            assert!(queue.items[queue.start..].iter().all(Option::is_some));
+            assert!(queue.items.len() <= 4 * queue.len() + SLACK, "step {step}");
+        }
+        for item in 0..10u32 {
+            queue.push_back(item.to_string());
+        }
+        while queue.pop_front().is_some() {}
+        assert_eq!((queue.start, queue.items.len()), (0, 0));
+        for item in 10..100_000u32 {
+            queue.push_back(item.to_string());
+            if item >= 20 {
+                assert_eq!(queue.pop_front(), Some((item - 10).to_string()));
+            }
+            assert!(queue.items.len() <= 4 * queue.len() + SLACK, "item {item}");
         }
     }
 

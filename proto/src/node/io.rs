@@ -26,7 +26,9 @@ impl Sink<'_> {
         self.request_done(id, &r, outcome, sent);
     }
 
-    /// The event of `r` (request `id`), which ends now: its deadline stops.
+    /// The event of `r` (request `id`), which ends now: its deadline stops. Inlined into a
+    /// response, as it was while the event queue's push was an out-of-line call.
+    #[inline]
     fn request_done(&mut self, id: RequestId, r: &Request, outcome: Outcome, sent: Sent) {
         self.pool.timers.cancel_request(id);
         self.pool.events.push_back(Event::RequestDone {

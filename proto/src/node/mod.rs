@@ -24,7 +24,7 @@ use bytes::Bytes;
 
 use crate::endpoint::Endpoint;
 use crate::event::{Action, CloseReason, Event, NodeState, Outcome};
-use crate::fifo::Fifo;
+use crate::fifo::{Fifo, Queue};
 use crate::ids::{ConnId, NodeId, RequestId};
 use crate::outbound::{ByteCount, Outbound};
 use crate::requests::Requests;
@@ -62,7 +62,7 @@ pub(crate) struct Shared {
     pub(crate) rng: Rng,
     pub(crate) timers: TimerHeap,
     pub(crate) actions: VecDeque<Action>,
-    pub(crate) events: VecDeque<Event>,
+    pub(crate) events: Queue<Event>,
     /// Connections that have bytes to hand out (see [`Pool::poll_transmit`](crate::Pool)).
     pub(crate) transmit: Fifo<ConnId>,
     pub(crate) requests: Requests,

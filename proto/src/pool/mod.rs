@@ -14,7 +14,7 @@ use crate::event::{
     Action, CloseReason, Event, EvictReason, Failure, HandleError, HandshakeFailure, NodeState,
     Outcome, Readmission, SubmitError, Violation,
 };
-use crate::fifo::Fifo;
+use crate::fifo::{Fifo, Queue};
 use crate::ids::{ConnId, NodeId, RequestId};
 use crate::node::{Census, Node, Shared};
 use crate::outbound::ByteCount;
@@ -155,7 +155,7 @@ impl Pool {
                 rng: Rng::new(config.seed.unwrap_or(Config::FALLBACK_SEED)),
                 timers: TimerHeap::default(),
                 actions: VecDeque::new(),
-                events: VecDeque::new(),
+                events: Queue::new(),
                 transmit: Fifo::new(),
                 requests: Requests::default(),
                 counters: Counters::default(),
