@@ -16,7 +16,7 @@ use alloc::vec::Vec;
 
 /// Items read off the front before the queue drops them from its buffer (at least three
 /// quarters of it).
-const SLACK: usize = 32;
+pub(crate) const SLACK: usize = 32;
 
 /// A first-in first-out queue of `Copy` items (see the module's documentation).
 #[derive(Debug, Clone)]

@@ -4,10 +4,11 @@
 //! Pending bytes = sum over frames not yet fully accepted by the kernel of
 //! `len + per_frame_overhead`. A frame counts in full until its last byte is accepted.
 
-use alloc::collections::VecDeque;
+use alloc::vec::Vec;
 
 use bytes::Bytes;
 
+use crate::fifo::SLACK as READ_SLACK;
 use crate::ids::RequestId;
 use crate::time::Instant;
 
@@ -97,8 +98,8 @@ pub(crate) enum Flip {
 /// keeps its place, so a frame's sequence number locates it in O(1).
 #[derive(Debug)]
 pub(crate) struct Outbound {
-    frames: VecDeque<Frame>,
-    /// Sequence number of `frames[0]`.
+    frames: Frames,
+    /// Sequence number of the front frame.
     front_seq: u64,
     pending: ByteCount,
     /// Bytes handed out by the last [`Outbound::hand_out`], until it is reported.
@@ -111,10 +112,125 @@ pub(crate) struct Outbound {
     compactions: u64,
 }
 
+/// The frames of an [`Outbound`] queue, oldest first: one `Vec` read from a moving start, as a
+/// [`Fifo`](crate::fifo::Fifo) is (a `VecDeque`'s push was an out-of-line call, and its pops
+/// and iteration wrap-around arithmetic, on every request). A frame taken off the front gives
+/// up its bytes at once; its emptied place goes when the queue empties (the usual case: the
+/// last frame is taken off with it), or with the others read once they are three quarters of
+/// the buffer.
+#[derive(Debug, Default)]
+struct Frames {
+    items: Vec<Frame>,
+    /// Where the queue starts in `items`: those before it were taken off (their bytes freed).
+    start: usize,
+}
+
+impl Frames {
+    #[inline]
+    fn len(&self) -> usize {
+        self.items.len() - self.start
+    }
+
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    #[inline]
+    fn push_back(&mut self, frame: Frame) {
+        self.items.push(frame);
+    }
+
+    /// The frame `index` places behind the front.
+    #[inline]
+    fn get(&self, index: usize) -> Option<&Frame> {
+        self.items[self.start..].get(index)
+    }
+
+    #[inline]
+    fn get_mut(&mut self, index: usize) -> Option<&mut Frame> {
+        self.items[self.start..].get_mut(index)
+    }
+
+    #[inline]
+    fn front(&self) -> Option<&Frame> {
+        self.items.get(self.start)
+    }
+
+    #[inline]
+    fn front_mut(&mut self) -> Option<&mut Frame> {
+        self.items.get_mut(self.start)
+    }
+
+    #[inline]
+    fn back(&self) -> Option<&Frame> {
+        if self.is_empty() {
+            None
+        } else {
+            self.items.last()
+        }
+    }
+
+    /// Drops the front frame. (`#[inline]` alone was not taken: a write report called it.)
+    #[inline(always)]
+    fn pop_front(&mut self) {
+        if self.len() <= 1 {
+            self.items.clear();
+            self.start = 0;
+            return;
+        }
+        self.items[self.start].bytes = Bytes::new();
+        self.start += 1;
+        if self.start >= READ_SLACK && self.start >= 3 * self.len() {
+            self.drop_read();
+        }
+    }
+
+    /// Drops the back frame.
+    fn pop_back(&mut self) {
+        if self.len() <= 1 {
+            self.items.clear();
+            self.start = 0;
+            return;
+        }
+        self.items.pop();
+    }
+
+    #[inline]
+    fn iter(&self) -> core::slice::Iter<'_, Frame> {
+        self.items[self.start..].iter()
+    }
+
+    #[inline]
+    fn iter_mut(&mut self) -> core::slice::IterMut<'_, Frame> {
+        self.items[self.start..].iter_mut()
+    }
+
+    /// Keeps only the frames `keep` says to, in order.
+    fn retain(&mut self, keep: impl FnMut(&Frame) -> bool) {
+        self.drop_read();
+        self.items.retain(keep);
+    }
+
+    /// Takes every frame out, front first, leaving the queue empty.
+    fn drain(&mut self) -> impl Iterator<Item = Frame> + '_ {
+        let start = core::mem::take(&mut self.start);
+        self.items.drain(..).skip(start)
+    }
+
+    /// Drops the places of the frames taken off the front (rare in a pop: only a queue that
+    /// never empties).
+    #[cold]
+    fn drop_read(&mut self) {
+        self.items.drain(..self.start);
+        self.start = 0;
+    }
+}
+
 impl Outbound {
     pub(crate) fn new() -> Self {
         Self {
-            frames: VecDeque::new(),
+            frames: Frames::default(),
             front_seq: 0,
             pending: ByteCount::default(),
             handed: None,
@@ -185,7 +301,7 @@ impl Outbound {
 
     /// Hands out the unwritten rest of the queued frames, oldest first: at least one, then
     /// whole frames while the total stays within `max_bytes`. Returns the bytes handed out.
-    pub(crate) fn hand_out(&mut self, max_bytes: usize, out: &mut alloc::vec::Vec<Bytes>) -> usize {
+    pub(crate) fn hand_out(&mut self, max_bytes: usize, out: &mut Vec<Bytes>) -> usize {
         debug_assert_eq!(self.handed, None, "one hand-out at a time");
         let mut total = 0usize;
         for frame in self.frames.iter_mut().filter(|f| !f.dropped) {
@@ -323,7 +439,7 @@ impl Outbound {
         self.handed = None;
         self.writable = true;
         self.live = 0;
-        self.frames.drain(..).filter(|f| !f.dropped)
+        self.frames.drain().filter(|f| !f.dropped)
     }
 
     /// For a retry on a fresh connection: keeps the untouched frames that `keep` accepts and
@@ -393,6 +509,93 @@ impl Outbound {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tests::xorshift;
+    use alloc::collections::VecDeque;
+
+    fn frame(n: u32) -> Frame {
+        Frame {
+            id: RequestId::new(n, 0),
+            bytes: Bytes::from(alloc::vec![0u8; 8]),
+            written: 0,
+            cost: u64::from(n),
+            enqueued_at: Instant::ZERO,
+            handed_out: false,
+            dropped: false,
+        }
+    }
+
+    /// [`Frames`] pushes, pops at both ends, finds, retains and drains as a `VecDeque` does;
+    /// a frame taken off the front gives up its bytes at once, and the buffer stays within
+    /// four times the frames plus the slack.
+    #[test]
+    fn frames_queue_as_a_vec_deque_does() {
+        let mut frames = Frames::default();
+        let mut model = VecDeque::new();
+        let mut x = 0x0123_4567_89ab_cdefu64;
+        let ids = |f: &Frame| f.cost;
+        let mut most_read = 0;
+        for step in 0..50_000u32 {
+            xorshift(&mut x);
+            // Long runs that mostly push, then mostly pop, so the queue both empties and slides.
+            let pushing = (step / 700) % 2 == 0;
+            match x % 32 {
+                0..=14 if pushing => {
+                    frames.push_back(frame(step));
+                    model.push_back(step);
+                }
+                0..=8 => {
+                    frames.push_back(frame(step));
+                    model.push_back(step);
+                }
+                _ if x % 32 < 28 => {
+                    frames.pop_front();
+                    model.pop_front();
+                }
+                28 | 29 => {
+                    frames.pop_back();
+                    model.pop_back();
+                }
+                30 => {
+                    let odd = x % 64 < 32;
+                    frames.retain(|f| (f.cost % 2 == 1) == odd);
+                    model.retain(|&i| (i % 2 == 1) == odd);
+                }
+                _ if x % 256 == 31 => {
+                    assert!(
+                        frames
+                            .drain()
+                            .map(|f| f.cost)
+                            .eq(model.drain(..).map(u64::from))
+                    );
+                }
+                _ => {}
+            }
+            let model_ids = || model.iter().map(|&i| u64::from(i));
+            assert_eq!(frames.len(), model.len(), "step {step}");
+            assert_eq!(frames.is_empty(), model.is_empty());
+            assert_eq!(
+                frames.front().map(ids),
+                model.front().map(|&i| u64::from(i))
+            );
+            assert_eq!(frames.back().map(ids), model.back().map(|&i| u64::from(i)));
+            assert!(frames.iter().map(ids).eq(model_ids()), "step {step}");
+            let k = (x as usize >> 8) % (model.len() + 1);
+            assert_eq!(frames.get(k).map(ids), model.get(k).map(|&i| u64::from(i)));
+            assert!(
+                frames.items[..frames.start]
+                    .iter()
+                    .all(|f| f.bytes.is_empty())
+            );
+            assert!(frames.start < frames.items.len() || frames.items.is_empty());
+            assert!(
+                frames.items.len() <= 4 * frames.len() + READ_SLACK,
+                "step {step}"
+            );
+            most_read = most_read.max(frames.start);
+        }
+        // The queue slid past the slack without emptying (the bound above then needs drops).
+        assert!(most_read >= READ_SLACK, "{most_read}");
+    }
 
     #[test]
     fn byte_counts_neither_wrap_nor_saturate() {
