@@ -66,8 +66,7 @@ impl Node {
         cost: u64,
         pinned: bool,
     ) -> RequestId {
-        let id = sink.pool.requests.next_id();
-        let inserted = sink.pool.requests.insert(Request {
+        let id = sink.pool.requests.insert(Request {
             node: self.id,
             deadline,
             stage: Stage::Queued {
@@ -78,7 +77,6 @@ impl Node {
             heartbeat: false,
             ended: false,
         });
-        debug_assert_eq!(inserted, id);
         sink.pool.counters.submitted += 1;
         let at = deadline.expiry_after(core::time::Duration::ZERO);
         sink.pool.timers.schedule_request(at, id);
