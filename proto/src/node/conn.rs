@@ -152,7 +152,25 @@ impl Node {
     }
 
     /// The slow path of [`Node::after_request_change`].
+    #[inline(never)]
     fn keep_idle_timers(&mut self, sink: &mut Sink<'_>) {
+        // With neither timer configured (the default), a ready connection whose last request
+        // ended has nothing to arm, and the idle timer nothing to stop (never armed without a
+        // timeout); only a drain has something left to do. Checked here, in a call with no
+        // register to save, not inline on the busy path (which grew) nor in the rest.
+        if self.state != NodeState::Closing
+            && sink.config.idle_timeout.is_zero()
+            && sink.config.heartbeat.is_none()
+            && self.timers.get(NodeTimer::Idle).is_none()
+        {
+            return;
+        }
+        self.update_idle_timers(sink);
+    }
+
+    /// The rest of [`Node::keep_idle_timers`].
+    #[inline(never)]
+    fn update_idle_timers(&mut self, sink: &mut Sink<'_>) {
         if self.state == NodeState::Closing && self.conn.is_some() {
             if self.drained(sink) {
                 self.close(sink, CloseReason::Shutdown, true);
