@@ -7,10 +7,10 @@
 //! async-io's reactor runs on whichever thread blocks on it, or on its own fallback thread, so
 //! these streams and timers work under any executor.
 
-use std::io::{self, IoSlice};
+use std::io::{self, IoSlice, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Instant;
 
 use ::async_io::Async;
@@ -54,6 +54,58 @@ impl IoStream for Async<TcpStream> {
     }
 }
 
+/// The stream [`connect`] hands the driver: `Async<TcpStream>` as the impl above, except that
+/// after a read that would have blocked it asks the reactor before reading again.
+///
+/// async-io's own read tries the socket first and asks the reactor only once that failed. A
+/// woken connection's first read took the bytes without asking, so the event that woke it
+/// was still unanswered when its next read would have blocked: async-io then said ready for
+/// that event and read the socket a third time before registering the waker (two failing
+/// `recv`s per wake). Here a read that would have blocked marks the stream dry, and the next
+/// read first asks [`Async::poll_readable`] (which answers that event, or registers the
+/// waker and returns `Pending` with no `recv`). A read that returned bytes reads again at
+/// once, as before: more may have come while they were decoded.
+#[derive(Debug)]
+struct Stream {
+    io: Async<TcpStream>,
+    /// The last read would have blocked: ask the reactor before the next.
+    dry: bool,
+}
+
+impl IoStream for Stream {
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        loop {
+            if self.dry {
+                ready!(self.io.poll_readable(cx))?;
+            }
+            match self.io.get_ref().read(buf) {
+                Ok(n) => {
+                    self.dry = false;
+                    return Poll::Ready(Ok(n));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.dry = true,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        &mut self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn socket(&self) -> SocketRef<'_> {
+        SocketRef::new(&self.io)
+    }
+}
+
 /// The clock async-io's timers run on.
 pub fn now() -> Instant {
     Instant::now()
@@ -77,6 +129,9 @@ pub fn connect(
             stream.writable().await?;
             finish_connect(&SocketRef::new(&stream))?;
         }
-        Ok(Box::new(stream) as Box<dyn IoStream>)
+        Ok(Box::new(Stream {
+            io: stream,
+            dry: false,
+        }) as Box<dyn IoStream>)
     })
 }
