@@ -227,6 +227,12 @@ impl Driver {
         }
         self.writes.retry.clear();
         for _ in 0..WRITE_BUDGET {
+            // Asked first (pure, and inlined): at one request in flight two of every three
+            // hand-outs asked for find nothing (the one after the write and the one in the
+            // round that reads the answer), and the call cost about 35 instructions for it.
+            if !self.pool.has_transmit() {
+                return;
+            }
             let cap = if self.hook.is_some() {
                 MIN_BATCH
             } else {
@@ -254,6 +260,8 @@ impl Driver {
             // The pool hands out only established connections, and those are open here.
             // Should one not be, report nothing written: it stays blocked until it closes.
             debug_assert!(false, "bytes handed out for {conn:?}, which is not open");
+            // Not kept until the next hand-out clears them: that may be a while now.
+            self.writes.frames.clear();
             let _ = self.pool.handle_written(self.now(), conn, 0);
             return;
         };
