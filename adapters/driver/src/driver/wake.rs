@@ -77,8 +77,20 @@ impl Wakeups {
 
     /// Appends the connections listed since the last call to `into`. Returns whether the
     /// list overflowed meanwhile: then every open connection's mark must be looked at.
+    ///
+    /// Inlined down to its two loads: about half the rounds (those a command woke, at one
+    /// request in flight) find nothing listed, and the call cost more than the loads.
+    #[inline]
     pub(super) fn take(&self, into: &mut Vec<ConnId>) -> bool {
-        if self.listed.load(Ordering::Relaxed) && self.listed.swap(false, Ordering::Acquire) {
+        if self.listed.load(Ordering::Relaxed) {
+            self.take_listed(into);
+        }
+        self.overflowed.load(Ordering::Relaxed) && self.overflowed.swap(false, Ordering::Acquire)
+    }
+
+    /// [`take`](Self::take)'s pops, once something seems listed.
+    fn take_listed(&self, into: &mut Vec<ConnId>) {
+        if self.listed.swap(false, Ordering::Acquire) {
             // As many as are in now (a pop of an empty queue costs as much as one that
             // finds a connection); one listed after this sets the flag again.
             for _ in 0..self.woken.len() {
@@ -87,7 +99,6 @@ impl Wakeups {
                 }
             }
         }
-        self.overflowed.load(Ordering::Relaxed) && self.overflowed.swap(false, Ordering::Acquire)
     }
 
     /// Whether the inbox is marked, clearing the mark. Taken before the inbox is asked, so a
