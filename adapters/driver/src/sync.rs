@@ -72,8 +72,9 @@ pub(crate) enum Taken {
 /// the driver once it is (the [`Outbox`] does it for every command), so the channel is never
 /// asked again just to register a waker. The first two are taken one by one (`try_recv`: a
 /// round mostly finds one command, from a lone caller); the rest of a burst in one
-/// `poll_recv_many`, whose permits are returned once per batch. `waker` is the inbox's,
-/// woken should tokio's cooperative budget make the channel decline.
+/// `poll_recv_many`, whose permits are returned once per batch. After the first, each take
+/// is asked only if the queue does not look [`drained`]. `waker` is the inbox's, woken should
+/// tokio's cooperative budget make the channel decline.
 pub(crate) fn take_commands<C>(
     inbox: &mut Inbox<C>,
     waker: &Waker,
@@ -81,7 +82,10 @@ pub(crate) fn take_commands<C>(
     limit: usize,
 ) -> Taken {
     const ONE_BY_ONE: usize = 2;
-    for _ in 0..limit.min(ONE_BY_ONE) {
+    for taken in 0..limit.min(ONE_BY_ONE) {
+        if taken > 0 && drained(inbox) {
+            return Taken::Empty;
+        }
         match inbox.try_recv() {
             Ok(command) => out.push(command),
             Err(mpsc::error::TryRecvError::Empty) => return Taken::Empty,
@@ -92,12 +96,25 @@ pub(crate) fn take_commands<C>(
     if rest == 0 {
         return Taken::Limit;
     }
+    if drained(inbox) {
+        return Taken::Empty;
+    }
     match inbox.poll_recv_many(&mut Context::from_waker(waker), out, rest) {
         Poll::Ready(taken) if taken == rest => Taken::Limit,
         // Fewer than asked: the channel was empty, or every sender is gone.
         Poll::Ready(_) if inbox.is_closed() && inbox.is_empty() => Taken::Closed,
         Poll::Ready(_) | Poll::Pending => Taken::Empty,
     }
+}
+
+/// Whether `inbox` has nothing more to give [`take_commands`], so that it can say
+/// [`Taken::Empty`] without asking for a command: two loads where a `try_recv` that finds
+/// the queue empty went through the channel's block list (at one request in flight, each
+/// round that takes a command asked once more for nothing). A command whose sender is still
+/// queueing it counts as nothing (its sender's wake brings another round; `try_recv` would
+/// wait for it), and a closed queue is left to the takes, which report it.
+fn drained<C>(inbox: &Inbox<C>) -> bool {
+    inbox.is_empty() && !inbox.is_closed()
 }
 
 /// A map keyed by ids keepwire makes itself (request and protocol ids): hashed with one
