@@ -420,6 +420,21 @@ impl TimerHeap {
         }
     }
 
+    /// Takes out the entry of `node`'s `timer`, which the node's own table says is armed: the
+    /// index holds it then (a node arms and stops its timers only through the index, and a
+    /// fired entry is stopped in the table as it comes off), so the slot's entry needs no
+    /// check that it is this node's, only a debug assertion ([`Self::cancel_node`] checks).
+    /// A write report stops the write timer this way on every request.
+    pub(crate) fn cancel_armed_node(&mut self, node: NodeId, timer: NodeTimer) {
+        let key = (node, timer);
+        let cell = self.nodes.at[key.cell()];
+        debug_assert!(
+            cell != ABSENT && self.nodes.entries[cell as usize].1 == key,
+            "{key:?} is armed but not in the index"
+        );
+        self.nodes.take_out(cell as usize, key.cell());
+    }
+
     /// Takes request `id`'s deadline out, if the index holds one for exactly this id: the
     /// lane's front most of the time (a request answered oldest first).
     pub(crate) fn cancel_request(&mut self, id: RequestId) {

@@ -410,7 +410,7 @@ impl Node {
     fn disarm(&mut self, sink: &mut Sink<'_>, timer: NodeTimer) {
         if self.timers.get(timer).is_some() {
             self.timers.stop(timer);
-            sink.pool.timers.cancel_node(self.id, timer);
+            sink.pool.timers.cancel_armed_node(self.id, timer);
         }
     }
 
