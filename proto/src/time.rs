@@ -71,6 +71,12 @@ impl Instant {
         self.saturating_add(limit)
             .saturating_add(Duration::from_nanos(1))
     }
+
+    /// [`Instant::expiry_after`] a limit already in nanoseconds (its `Duration` converted as
+    /// `Instant + Duration` does, saturating): the same instant, without converting again.
+    pub(crate) fn expiry_after_nanos(self, limit: u64) -> Self {
+        Self(self.0.saturating_add(limit).saturating_add(1))
+    }
 }
 
 impl Add<Duration> for Instant {

@@ -324,11 +324,10 @@ impl Node {
     /// Arms the write timeout for the oldest unaccepted frame, queued at `enqueued_at`, if the
     /// connection is ready (else stops it).
     fn arm_write_timer_from(&mut self, sink: &mut Sink<'_>, enqueued_at: crate::Instant) {
-        let write_timeout = sink.config.write_timeout;
         let ready_at = self.conn.and_then(|c| c.ready_at);
-        let due = match ready_at {
-            Some(ready_at) if !write_timeout.is_zero() => {
-                Some(enqueued_at.max(ready_at).expiry_after(write_timeout))
+        let due = match (ready_at, sink.pool.write_timeout) {
+            (Some(ready_at), Some(limit)) => {
+                Some(enqueued_at.max(ready_at).expiry_after_nanos(limit))
             }
             _ => None,
         };

@@ -69,6 +69,9 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     /// Pending outbound bytes across all nodes.
     pub(crate) total_pending: ByteCount,
+    /// [`Config::write_timeout`] in nanoseconds, `None` when zero (no write timeout):
+    /// converted once, not on every request's write timer.
+    pub(crate) write_timeout: Option<u64>,
 }
 
 /// Admitted (enabled, not closed) nodes, and how many of them are healthy (not

@@ -160,6 +160,8 @@ impl Pool {
                 requests: Requests::default(),
                 counters: Counters::default(),
                 total_pending: ByteCount::default(),
+                write_timeout: (!config.write_timeout.is_zero())
+                    .then(|| (Instant::ZERO + config.write_timeout).as_nanos()),
             },
             config,
             clock: Clock::new(now),
