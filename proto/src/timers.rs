@@ -274,6 +274,21 @@ impl<K: HeapKey> KeyedHeap<K> {
         }
     }
 
+    /// Pushes `entry` (whose slot has no entry) if that needs no growth of either table and
+    /// it stays at the end (as [`Self::push`] most often finds): whether it did.
+    #[inline(always)]
+    fn push_in_place(&mut self, entry: (Instant, K)) -> bool {
+        let (i, cell) = (self.entries.len(), entry.1.cell());
+        let fits = cell < self.at.len()
+            && i < self.entries.capacity()
+            && (i == 0 || self.entries[(i - 1) / ARITY] <= entry);
+        if fits {
+            self.entries.push(entry);
+            self.at[cell] = i as u64;
+        }
+        fits
+    }
+
     /// Puts `entry` (already in the heap) at `i` and records its position.
     fn put(&mut self, i: usize, entry: (Instant, K)) {
         self.entries[i] = entry;
@@ -364,6 +379,32 @@ impl TimerHeap {
                 self.nodes.push((at, key));
             }
         }
+    }
+
+    /// Schedules `node`'s `timer`, which the node's own table says is stopped, at `at`: the
+    /// index holds no entry for it then (as [`Self::cancel_armed_node`] relies on the other
+    /// way round), so its slot's cell is not read to find one to move, only checked by a
+    /// debug assertion ([`Self::schedule_node`] reads it). The usual case (the write timer
+    /// armed by a request on an idle connection, no table to grow, no entry to move) takes no
+    /// call and saves no register; the rest is out of line.
+    pub(crate) fn schedule_stopped_node(&mut self, at: Instant, node: NodeId, timer: NodeTimer) {
+        let key = (node, timer);
+        debug_assert!(
+            self.nodes.cell_of(key).is_none_or(|cell| cell == ABSENT),
+            "{key:?} is stopped but in the index"
+        );
+        if !self.nodes.push_in_place((at, key)) {
+            self.push_stopped_node((at, key));
+        }
+    }
+
+    /// The rest of [`Self::schedule_stopped_node`]: the position table grows, or the entry
+    /// sifts up, or the heap's buffer grows.
+    #[cold]
+    #[inline(never)]
+    fn push_stopped_node(&mut self, entry: (Instant, (NodeId, NodeTimer))) {
+        self.nodes.make_room(entry.1);
+        self.nodes.push(entry);
     }
 
     /// Schedules request `id`'s deadline at `at`: at the back of the lane if no earlier than

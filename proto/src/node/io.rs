@@ -323,6 +323,10 @@ impl Node {
 
     /// Arms the write timeout for the oldest unaccepted frame, queued at `enqueued_at`, if the
     /// connection is ready (else stops it).
+    ///
+    /// `#[inline]`: with the stopped timer's push in it, a submit's enqueue no longer inlined
+    /// it on its own and paid a call (7 instructions per request).
+    #[inline]
     fn arm_write_timer_from(&mut self, sink: &mut Sink<'_>, enqueued_at: crate::Instant) {
         let ready_at = self.conn.and_then(|c| c.ready_at);
         let due = match (ready_at, sink.pool.write_timeout) {

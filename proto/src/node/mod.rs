@@ -402,11 +402,17 @@ impl Node {
     // Timers.
 
     fn arm(&mut self, sink: &mut Sink<'_>, timer: NodeTimer, at: Instant) {
-        if self.timers.get(timer) == Some(at) {
+        let armed = self.timers.get(timer);
+        if armed == Some(at) {
             return;
         }
         self.timers.set(timer, at);
-        sink.pool.timers.schedule_node(at, self.id, timer);
+        match armed {
+            Some(_) => sink.pool.timers.schedule_node(at, self.id, timer),
+            // Stopped in the node's table, so the index holds no entry for it to move (the
+            // write timer, armed by a request on an idle connection, is the usual case).
+            None => sink.pool.timers.schedule_stopped_node(at, self.id, timer),
+        }
     }
 
     /// Stops `timer`, taking its entry out of the pool's heap.
