@@ -303,6 +303,24 @@ impl Outbound {
     /// whole frames while the total stays within `max_bytes`. Returns the bytes handed out.
     pub(crate) fn hand_out(&mut self, max_bytes: usize, out: &mut Vec<Bytes>) -> usize {
         debug_assert_eq!(self.handed, None, "one hand-out at a time");
+        // The usual case, one live frame queued (one request at a time on the connection), is
+        // handed out here as the loop would, in a call with next to no register to save; the
+        // loop, out of line, saves them all.
+        if self.frames.len() == 1 {
+            if let Some(frame) = self.frames.front_mut().filter(|f| !f.dropped) {
+                let rest = frame.bytes.len() - frame.written;
+                frame.handed_out = true;
+                self.handed = Some(rest);
+                out.push(frame.bytes.slice(frame.written..));
+                return rest;
+            }
+        }
+        self.hand_out_frames(max_bytes, out)
+    }
+
+    /// [`Self::hand_out`] for any number of frames.
+    #[inline(never)]
+    fn hand_out_frames(&mut self, max_bytes: usize, out: &mut Vec<Bytes>) -> usize {
         let mut total = 0usize;
         for frame in self.frames.iter_mut().filter(|f| !f.dropped) {
             let rest = frame.bytes.len() - frame.written;
