@@ -105,10 +105,11 @@ pub(crate) enum TimerKey {
 /// armed timers, not through every pending request's deadline.
 ///
 /// The index knows where each key's entry is (one position per node timer slot and per request
-/// slot), so it holds at most one entry per slot: [`schedule_node`](Self::schedule_node) and
-/// [`schedule_request`](Self::schedule_request) move an existing entry (a re-armed timer, or a
-/// slot reused by a newer generation) instead of adding another, and [`cancel`](Self::cancel)
-/// takes a stopped timer or an ended request out at once. Its size is the number of armed
+/// slot), so it holds at most one entry per slot: [`schedule_node`](Self::schedule_node) moves
+/// an existing entry (a re-armed timer) instead of adding another, and [`cancel`](Self::cancel)
+/// takes a stopped timer or an ended request out at once, so a new request's slot holds none
+/// ([`schedule_new_request`](Self::schedule_new_request); the test-only `schedule_request`
+/// also moves the entry of a slot reused by a newer generation). Its size is the number of armed
 /// timers and live deadlines, whatever the traffic.
 ///
 /// **The lane.** A client that gives its requests one timeout submits deadlines in rising
@@ -360,7 +361,7 @@ enum Source {
 impl TimerHeap {
     /// Schedules `key` at `at`, replacing the entry its slot holds (of this key or of an older
     /// generation of the slot). The pool's callers name the part: [`Self::schedule_node`],
-    /// [`Self::schedule_request`].
+    /// [`Self::schedule_stopped_node`], [`Self::schedule_new_request`].
     #[cfg(test)]
     pub(crate) fn schedule(&mut self, at: Instant, key: TimerKey) {
         match key {
@@ -409,8 +410,9 @@ impl TimerHeap {
 
     /// Schedules request `id`'s deadline at `at`: at the back of the lane if no earlier than
     /// its last entry, else on top of the early stack if earlier than every other request
-    /// deadline, else in the request heap.
-    #[inline]
+    /// deadline, else in the request heap. Moves the entry the slot holds, if any (the pool
+    /// schedules only new requests, whose slots hold none: [`Self::schedule_new_request`]).
+    #[cfg(test)]
     pub(crate) fn schedule_request(&mut self, at: Instant, id: RequestId) {
         match self.requests.cell_of(id) {
             None => self.requests.make_room(id),
@@ -419,6 +421,26 @@ impl TimerHeap {
             Some(cell) if cell & IN_EARLY != 0 => self.early_remove((cell & !IN_EARLY) as usize),
             Some(cell) => self.requests.remove_at(cell as usize),
         }
+        self.place_request(at, id);
+    }
+
+    /// Schedules the deadline of request `id`, just inserted, at `at`: its slot holds no
+    /// entry (the slot's last request's deadline was cancelled when it ended), so none is
+    /// looked for, only checked by a debug assertion.
+    #[inline]
+    pub(crate) fn schedule_new_request(&mut self, at: Instant, id: RequestId) {
+        self.requests.make_room(id);
+        debug_assert_eq!(
+            self.requests.at[id.slot()],
+            ABSENT,
+            "{id:?} is new but scheduled"
+        );
+        self.place_request(at, id);
+    }
+
+    /// Puts request `id`'s deadline, which the index does not hold, where it goes.
+    #[inline(always)]
+    fn place_request(&mut self, at: Instant, id: RequestId) {
         if self.lane.back().is_none_or(|&(last, _)| at >= last) {
             let seq = self.lane_head + self.lane.len() as u64;
             self.lane.push_back((at, id));

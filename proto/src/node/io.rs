@@ -79,7 +79,7 @@ impl Node {
         });
         sink.pool.counters.submitted += 1;
         let at = deadline.expiry_after(core::time::Duration::ZERO);
-        sink.pool.timers.schedule_request(at, id);
+        sink.pool.timers.schedule_new_request(at, id);
         self.queue_frame(sink, id, frame, cost, true);
         id
     }
