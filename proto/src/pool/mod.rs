@@ -511,9 +511,7 @@ impl Pool {
                 let now = self.clock.advance(now);
                 self.with_node_in_census(now, conn.node, |node, sink| node.written(sink, conn, n))?
             }
-            NodeState::Closing => {
-                self.command(now, conn.node, |node, sink| node.written(sink, conn, n))?
-            }
+            NodeState::Closing => self.written_while_closing(now, conn, n),
             _ => Err(HandleError::WrongState),
         }
     }

@@ -294,6 +294,19 @@ impl Pool {
         }
     }
 
+    /// A write report on a `Closing` connection, which may end its drain and so move the
+    /// census: out of line, so that the usual report on a ready one saves only the registers
+    /// it needs (not those of this path's census and retry bookkeeping).
+    #[inline(never)]
+    pub(super) fn written_while_closing(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        n: usize,
+    ) -> Result<(), HandleError> {
+        self.command(now, conn.node, |node, sink| node.written(sink, conn, n))?
+    }
+
     /// Every adapter report: clamps `now`, checks that `conn` is current and in a state
     /// `state_ok` accepts (else nothing changes), applies `apply`.
     pub(super) fn report<R>(

@@ -57,8 +57,11 @@ const QUARANTINED: usize = 1;
 #[derive(Debug, Default)]
 pub(crate) struct SelectIndex {
     placements: Vec<Placement>,
-    /// Slots touched since the index last looked, whose placement may have changed.
+    /// Slots touched since the index last looked, whose placement may have changed: the
+    /// first `touched_len`. As long as `placements` (a slot is listed once), so listing one
+    /// never grows it: no call, and no register saved for one, in every input's touch.
     touched: Vec<u32>,
+    touched_len: usize,
     /// Per slot (as long as `placements`): listed in `touched`.
     is_touched: Vec<bool>,
     /// The latest time `pick` has seen (backoffs and throttles before it have passed).
@@ -91,13 +94,17 @@ impl SelectIndex {
         let i = slot as usize;
         if !self.is_touched[i] {
             self.is_touched[i] = true;
-            self.touched.push(slot);
+            self.touched[self.touched_len] = slot;
+            self.touched_len += 1;
         }
     }
 
     /// Places every touched slot where `placement` says it now stands.
     pub(crate) fn refresh(&mut self, mut placement: impl FnMut(u32) -> Placement) {
-        while let Some(slot) = self.touched.pop() {
+        // Last listed first, as a stack.
+        while self.touched_len > 0 {
+            self.touched_len -= 1;
+            let slot = self.touched[self.touched_len];
             self.is_touched[slot as usize] = false;
             self.place(slot, placement(slot));
         }
@@ -109,6 +116,7 @@ impl SelectIndex {
         if i >= self.placements.len() {
             self.placements.resize(i + 1, Placement::OUT);
             self.is_touched.resize(i + 1, false);
+            self.touched.resize(i + 1, 0);
         }
         let old = self.placements[i];
         if old == placement {
