@@ -538,9 +538,7 @@ impl Pool {
         id: RequestId,
         payload: Bytes,
     ) -> Result<(), HandleError> {
-        self.report(now, conn, NodeState::is_established, |n, sink| {
-            n.response(sink, conn, id, payload)
-        })
+        self.report_response(now, conn, id, payload)
     }
 
     /// A response arrived on `conn` for an in-order protocol (PostgreSQL, memcached, Redis,

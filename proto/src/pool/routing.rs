@@ -3,10 +3,12 @@
 
 use core::time::Duration;
 
+use bytes::Bytes;
+
 use super::{Pool, Target};
 use crate::event::{CloseReason, Event, HandleError, NodeState, Sent, SubmitError, Unavailable};
-use crate::ids::{ConnId, NodeId};
-use crate::node::{Node, Retry, Sink};
+use crate::ids::{ConnId, NodeId, RequestId};
+use crate::node::{Census, Node, Retry, Sink};
 use crate::select::{Placement, SelectIndex, Selection};
 use crate::time::Instant;
 use crate::timers::TimerKey;
@@ -31,7 +33,7 @@ impl Pool {
     }
 
     #[cfg(any(test, feature = "fuzzing"))]
-    pub(crate) fn census(&self) -> crate::node::Census {
+    pub(crate) fn census(&self) -> Census {
         self.census
     }
 
@@ -96,7 +98,16 @@ impl Pool {
         f: impl FnOnce(&mut Node, &mut Sink<'_>) -> R,
     ) -> Result<R, HandleError> {
         let census = self.census;
-        let (result, mut census_changed) = self.run_node(now, id, f)?;
+        let (result, census_changed) = self.run_node(now, id, f)?;
+        self.route_and_update_panic(now, census, census_changed);
+        Ok(result)
+    }
+
+    /// The end of [`Pool::with_node`]: routes any transparent retries handed back and updates
+    /// panic mode if the census changed from `census` (`census_changed` says whether the
+    /// call itself moved it).
+    #[inline]
+    fn route_and_update_panic(&mut self, now: Instant, census: Census, mut census_changed: bool) {
         if !self.shared.retry.is_empty() {
             self.route_retries(now);
             // The retries may have moved it too (or moved it back).
@@ -105,7 +116,6 @@ impl Pool {
         if census_changed {
             self.update_panic(now);
         }
-        Ok(result)
     }
 
     /// The live node `id`, and a sink that lends it the pool's parts for one call.
@@ -139,13 +149,70 @@ impl Pool {
         let before = node.census();
         let result = f(node, &mut sink);
         let after = node.census();
+        Ok((result, self.recount(id, before, after)))
+    }
+
+    /// Moves node `id` in the census from `before` to `after` and in the selection index:
+    /// whether the census changed.
+    #[inline]
+    fn recount(&mut self, id: NodeId, before: Census, after: Census) -> bool {
         let census_changed = after != before;
         if census_changed {
             self.census.remove(before);
             self.census.add(after);
         }
         self.index.touch(id.index);
-        Ok((result, census_changed))
+        census_changed
+    }
+
+    /// A response report ([`Pool::handle_response`]). On a `Ready` connection of a node not
+    /// in quarantine (the usual case) only a failed one, a violation that closes the
+    /// connection, can move the node in the census or hand back a retry: a successful one
+    /// could only move it by a readmission, which lifts a quarantine it does not have. So
+    /// [`Pool::with_node`]'s census, retry and panic bookkeeping is done after a failure only.
+    pub(super) fn report_response(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        id: RequestId,
+        payload: Bytes,
+    ) -> Result<(), HandleError> {
+        let usual = self.node(conn.node).is_ok_and(|n| {
+            n.is_current(conn) && n.state() == NodeState::Ready && n.admission.quarantine.is_none()
+        });
+        if !usual {
+            return self.report(now, conn, NodeState::is_established, |n, sink| {
+                n.response(sink, conn, id, payload)
+            });
+        }
+        let now = self.clock.advance(now);
+        let (node, mut sink) = self
+            .node_and_sink(now, conn.node)
+            .ok_or(HandleError::StaleNode)?;
+        let before = node.census();
+        let result = node.response(&mut sink, conn, id, payload);
+        if result.is_ok() {
+            debug_assert_eq!(node.census(), before, "a response moved the census");
+            debug_assert!(
+                self.shared.retry.is_empty(),
+                "a response handed back a retry"
+            );
+            self.index.touch(conn.node.index);
+        } else {
+            let after = node.census();
+            self.after_failed_response(now, conn.node, before, after);
+        }
+        result
+    }
+
+    /// [`Pool::with_node`]'s bookkeeping after a failed [`Pool::report_response`], out of
+    /// line: the census moves from `before` to `after` (the node's own, before and after it).
+    #[cold]
+    #[inline(never)]
+    fn after_failed_response(&mut self, now: Instant, id: NodeId, before: Census, after: Census) {
+        let census = self.census;
+        let census_changed = self.recount(id, before, after);
+        self.route_and_update_panic(now, census, census_changed);
     }
 
     /// Runs `f` on the node's machine (time already moved on to `now`) like
@@ -177,7 +244,7 @@ impl Pool {
         &mut self,
         conn: ConnId,
         max_bytes: usize,
-        out: &mut alloc::vec::Vec<bytes::Bytes>,
+        out: &mut alloc::vec::Vec<Bytes>,
     ) -> bool {
         #[cfg(debug_assertions)]
         let (now, selection) = (self.clock.advance(Instant::ZERO), self.config.selection);
