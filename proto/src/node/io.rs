@@ -201,19 +201,20 @@ impl Node {
         }
     }
 
-    /// Hands out the queued frames of `conn` (taken off the transmit queue): from now on they
-    /// cannot be dropped unsent until the write report says none of their bytes went out.
+    /// Hands out the queued frames of the connection of generation `generation` (taken off
+    /// the transmit queue): from now on they cannot be dropped unsent until the write report
+    /// says none of their bytes went out.
+    ///
+    /// This and the other reports on one connection take its generation, all they read of
+    /// its [`ConnId`]: a `u32` is passed in a register, a `ConnId` (three fields) through
+    /// memory, copied there by the caller.
     pub(crate) fn hand_out(
         &mut self,
-        conn: ConnId,
+        generation: u32,
         max_bytes: usize,
         out: &mut alloc::vec::Vec<Bytes>,
     ) -> bool {
-        let Some(c) = self
-            .conn
-            .as_mut()
-            .filter(|c| c.generation == conn.generation)
-        else {
+        let Some(c) = self.conn.as_mut().filter(|c| c.generation == generation) else {
             return false;
         };
         if !core::mem::take(&mut c.scheduled) || !self.outbound.has_unhanded() {
@@ -223,13 +224,14 @@ impl Node {
         true
     }
 
-    /// The kernel accepted `n` bytes of the last hand-out. Completed frames await their
-    /// responses; the rest go back to the queue (dropped now if their request ended and no
-    /// byte went out). A short write blocks the connection until it is writable again.
+    /// The kernel accepted `n` bytes of the last hand-out on the connection of generation
+    /// `generation`. Completed frames await their responses; the rest go back to the queue
+    /// (dropped now if their request ended and no byte went out). A short write blocks the
+    /// connection until it is writable again.
     pub(crate) fn written(
         &mut self,
         sink: &mut Sink<'_>,
-        conn: ConnId,
+        generation: u32,
         n: usize,
     ) -> Result<(), HandleError> {
         let Some(handed) = self.outbound.handed() else {
@@ -251,9 +253,7 @@ impl Node {
                     return false;
                 };
                 if done {
-                    r.stage = Stage::Sent {
-                        conn: conn.generation,
-                    };
+                    r.stage = Stage::Sent { conn: generation };
                     awaiting.push_back(id);
                     sent += 1;
                     return false;
@@ -349,12 +349,12 @@ impl Node {
     // ---------------------------------------------------------------------------------------
     // Responses.
 
-    /// A response to `id` arrived on `conn`. One for a request not in flight on that
-    /// connection closes it as a protocol violation.
+    /// A response to `id` arrived on the connection of generation `generation`. One for a
+    /// request not in flight on that connection closes it as a protocol violation.
     pub(crate) fn response(
         &mut self,
         sink: &mut Sink<'_>,
-        conn: ConnId,
+        generation: u32,
         id: RequestId,
         payload: Bytes,
     ) -> Result<(), HandleError> {
@@ -367,7 +367,7 @@ impl Node {
             .get(id)
             .filter(|r| r.node == self.id)
             .filter(|r| match r.stage {
-                Stage::Sent { conn: generation } => generation == conn.generation,
+                Stage::Sent { conn } => conn == generation,
                 Stage::Queued { seq } => outbound.get(seq).is_some_and(|f| f.written > 0),
                 Stage::Reserved => false,
             })
@@ -452,7 +452,7 @@ impl Node {
             .requests
             .get(id)
             .is_some_and(|r| !r.ended && !r.heartbeat);
-        self.response(sink, conn, id, payload)?;
+        self.response(sink, conn.generation, id, payload)?;
         Ok(live.then_some(id))
     }
 

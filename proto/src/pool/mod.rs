@@ -509,7 +509,9 @@ impl Pool {
             // The usual case: a report on a ready connection leaves the census as it is.
             NodeState::Ready => {
                 let now = self.clock.advance(now);
-                self.with_node_in_census(now, conn.node, |node, sink| node.written(sink, conn, n))?
+                self.with_node_in_census(now, conn.node, |node, sink| {
+                    node.written(sink, conn.generation, n)
+                })?
             }
             NodeState::Closing => self.written_while_closing(now, conn, n),
             _ => Err(HandleError::WrongState),

@@ -182,7 +182,7 @@ impl Pool {
         });
         if !usual {
             return self.report(now, conn, NodeState::is_established, |n, sink| {
-                n.response(sink, conn, id, payload)
+                n.response(sink, conn.generation, id, payload)
             });
         }
         let now = self.clock.advance(now);
@@ -190,7 +190,7 @@ impl Pool {
             .node_and_sink(now, conn.node)
             .ok_or(HandleError::StaleNode)?;
         let before = node.census();
-        let result = node.response(&mut sink, conn, id, payload);
+        let result = node.response(&mut sink, conn.generation, id, payload);
         if result.is_ok() {
             debug_assert_eq!(node.census(), before, "a response moved the census");
             debug_assert!(
@@ -259,7 +259,7 @@ impl Pool {
         #[cfg(debug_assertions)]
         let placement = node.placement(now, selection);
         let census = node.census();
-        let handed = node.hand_out(conn, max_bytes, out);
+        let handed = node.hand_out(conn.generation, max_bytes, out);
         debug_assert_eq!(node.census(), census, "a hand-out moved the census");
         #[cfg(debug_assertions)]
         debug_assert_eq!(
@@ -371,7 +371,9 @@ impl Pool {
         conn: ConnId,
         n: usize,
     ) -> Result<(), HandleError> {
-        self.command(now, conn.node, |node, sink| node.written(sink, conn, n))?
+        self.command(now, conn.node, |node, sink| {
+            node.written(sink, conn.generation, n)
+        })?
     }
 
     /// Every adapter report: clamps `now`, checks that `conn` is current and in a state
