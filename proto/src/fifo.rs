@@ -26,13 +26,13 @@ pub(crate) struct Fifo<T> {
     start: usize,
 }
 
-impl<T: Copy> Default for Fifo<T> {
+impl<T> Default for Fifo<T> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<T: Copy> Fifo<T> {
+impl<T> Fifo<T> {
     pub(crate) const fn new() -> Self {
         Self {
             items: Vec::new(),
@@ -70,7 +70,10 @@ impl<T: Copy> Fifo<T> {
     }
 
     #[inline]
-    pub(crate) fn pop_front(&mut self) -> Option<T> {
+    pub(crate) fn pop_front(&mut self) -> Option<T>
+    where
+        T: Copy,
+    {
         let item = *self.items.get(self.start)?;
         self.start += 1;
         if self.start == self.items.len() {
@@ -94,7 +97,9 @@ impl<T: Copy> Fifo<T> {
         item
     }
 
-    /// Drops the items read from the buffer.
+    /// Drops the items read from the buffer (rare: only a queue that never empties, or a
+    /// retain), out of the inlined pops' way.
+    #[cold]
     fn drop_read(&mut self) {
         self.items.drain(..self.start);
         self.start = 0;
@@ -119,72 +124,48 @@ impl<T: Copy> Fifo<T> {
 }
 
 /// A first-in first-out queue of items that are not `Copy` (the pool's events): a [`Fifo`]
-/// whose items are moved out as they are read, leaving `None` behind. Like a [`Fifo`], a push
-/// is a `Vec` push and a pop moves the start on, both inlined (a `VecDeque`'s push is an
-/// out-of-line call here); the last item is popped off the `Vec` itself, so a queue that
-/// empties (the usual case) starts again at the beginning of its buffer.
+/// of options whose items are moved out as they are read, leaving `None` behind. The last
+/// item is popped off the buffer itself, so a queue that empties (the usual case) starts
+/// again at the beginning of its buffer.
 #[derive(Debug)]
-pub(crate) struct Queue<T> {
-    items: Vec<Option<T>>,
-    /// Where the queue starts in `items`: those before it have been read (and are `None`).
-    start: usize,
-}
+pub(crate) struct Queue<T>(Fifo<Option<T>>);
 
 impl<T> Default for Queue<T> {
     fn default() -> Self {
-        Self::new()
+        Self(Fifo::new())
     }
 }
 
 impl<T> Queue<T> {
-    pub(crate) const fn new() -> Self {
-        Self {
-            items: Vec::new(),
-            start: 0,
-        }
-    }
-
-    #[inline]
-    pub(crate) fn len(&self) -> usize {
-        self.items.len() - self.start
-    }
-
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.0.is_empty()
     }
 
     #[inline]
     pub(crate) fn push_back(&mut self, item: T) {
-        self.items.push(Some(item));
+        self.0.push_back(Some(item));
     }
 
     // `#[inline]` alone was not taken: the pool's `poll_event` made it a call, twice a request.
     #[inline(always)]
     pub(crate) fn pop_front(&mut self) -> Option<T> {
-        if self.len() <= 1 {
+        let fifo = &mut self.0;
+        if fifo.len() <= 1 {
             // The last item (or none): off the end of the buffer, which then starts afresh.
-            let item = self.items.pop()?;
-            self.start = 0;
-            if !self.items.is_empty() {
-                self.items.clear();
+            let item = fifo.items.pop()?;
+            fifo.start = 0;
+            if !fifo.items.is_empty() {
+                fifo.items.clear();
             }
             return item;
         }
-        let item = self.items.get_mut(self.start).and_then(Option::take);
-        self.start += 1;
-        if self.start >= SLACK && self.start >= 3 * self.len() {
-            self.drop_read();
+        let item = fifo.items.get_mut(fifo.start).and_then(Option::take);
+        fifo.start += 1;
+        if fifo.start >= SLACK && fifo.start >= 3 * fifo.len() {
+            fifo.drop_read();
         }
         item
-    }
-
-    /// Drops the items read from the buffer (rare: only a queue that never empties), out of
-    /// the inlined pop's way.
-    #[cold]
-    fn drop_read(&mut self) {
-        self.items.drain(..self.start);
-        self.start = 0;
     }
 }
 
@@ -284,7 +265,7 @@ mod tests {
     /// times its items plus the slack whether it empties often or never.
     #[test]
     fn a_queue_of_items_that_are_not_copy_pops_as_a_vec_deque_does() {
-        let mut queue = Queue::new();
+        let mut queue = Queue::default();
         let mut model = VecDeque::new();
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for step in 0..50_000u32 {
@@ -302,23 +283,29 @@ mod tests {
             } else {
                 assert_eq!(queue.pop_front(), model.pop_front(), "step {step}");
             }
-            assert_eq!(queue.len(), model.len());
+            assert_eq!(queue.0.len(), model.len());
             assert_eq!(queue.is_empty(), model.is_empty());
-            assert!(queue.items[..queue.start].iter().all(Option::is_none));
-            assert!(queue.items[queue.start..].iter().all(Option::is_some));
-            assert!(queue.items.len() <= 4 * queue.len() + SLACK, "step {step}");
+            assert!(queue.0.items[..queue.0.start].iter().all(Option::is_none));
+            assert!(queue.0.items[queue.0.start..].iter().all(Option::is_some));
+            assert!(
+                queue.0.items.len() <= 4 * queue.0.len() + SLACK,
+                "step {step}"
+            );
         }
         for item in 0..10u32 {
             queue.push_back(item.to_string());
         }
         while queue.pop_front().is_some() {}
-        assert_eq!((queue.start, queue.items.len()), (0, 0));
+        assert_eq!((queue.0.start, queue.0.items.len()), (0, 0));
         for item in 10..100_000u32 {
             queue.push_back(item.to_string());
             if item >= 20 {
                 assert_eq!(queue.pop_front(), Some((item - 10).to_string()));
             }
-            assert!(queue.items.len() <= 4 * queue.len() + SLACK, "item {item}");
+            assert!(
+                queue.0.items.len() <= 4 * queue.0.len() + SLACK,
+                "item {item}"
+            );
         }
     }
 

@@ -155,7 +155,7 @@ impl Pool {
                 rng: Rng::new(config.seed.unwrap_or(Config::FALLBACK_SEED)),
                 timers: TimerHeap::default(),
                 actions: VecDeque::new(),
-                events: Queue::new(),
+                events: Queue::default(),
                 transmit: Fifo::new(),
                 requests: Requests::default(),
                 counters: Counters::default(),
