@@ -110,9 +110,10 @@ pub(crate) fn take_commands<C>(
 /// Whether `inbox` has nothing more to give [`take_commands`], so that it can say
 /// [`Taken::Empty`] without asking for a command: two loads where a `try_recv` that finds
 /// the queue empty went through the channel's block list (at one request in flight, each
-/// round that takes a command asked once more for nothing). A command whose sender is still
-/// queueing it counts as nothing (its sender's wake brings another round; `try_recv` would
-/// wait for it), and a closed queue is left to the takes, which report it.
+/// round that takes a command asked once more for nothing). A command whose sender has
+/// claimed its place but not yet written it counts (tokio's `is_empty` counts claimed
+/// places), so `try_recv` waits for it as before; a closed queue is left to the takes, which
+/// report it.
 fn drained<C>(inbox: &Inbox<C>) -> bool {
     inbox.is_empty() && !inbox.is_closed()
 }
