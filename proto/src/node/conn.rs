@@ -69,8 +69,8 @@ impl Node {
     /// A wanted connection opens now if its backoff was cut short (a new epoch), instead of
     /// at the reconnect timer armed for the old backoff.
     pub(crate) fn resume(&mut self, sink: &mut Sink<'_>) {
-        let admitted = sink.panic || self.admission.quarantine.is_none();
-        if self.want_connection && admitted && !sink.shut_down {
+        let admitted = sink.pool.panic || self.admission.quarantine.is_none();
+        if self.want_connection && admitted && !sink.pool.shut_down {
             self.demand_connection(sink);
         }
     }
@@ -256,8 +256,8 @@ impl Node {
         if counts {
             self.failures = self.failures.saturating_add(1);
         }
-        let retire =
-            sink.shut_down || matches!(reason, CloseReason::NodeRemoved | CloseReason::Shutdown);
+        let retire = sink.pool.shut_down
+            || matches!(reason, CloseReason::NodeRemoved | CloseReason::Shutdown);
         if retire {
             for &timer in NodeTimer::ALL {
                 self.disarm(sink, timer);
@@ -321,7 +321,7 @@ impl Node {
         // A final failure (refused authentication or certificate, a name that does not exist)
         // ends its requests at once: retrying would only meet the same refusal.
         let retry = sink.config.retry_unsent
-            && !sink.shut_down
+            && !sink.pool.shut_down
             && !reason.is_final()
             && !matches!(reason, CloseReason::NodeRemoved | CloseReason::Shutdown);
         sink.pool.total_pending.release(self.outbound.pending());
@@ -413,8 +413,8 @@ impl Node {
         sink.pool.counters.eviction_retries += kept;
         let at = sink.now;
         self.apply(sink, Input::Evicted { reason, at });
-        let admitted = sink.panic || self.admission.quarantine.is_none();
-        if kept > 0 && admitted && !sink.shut_down {
+        let admitted = sink.pool.panic || self.admission.quarantine.is_none();
+        if kept > 0 && admitted && !sink.pool.shut_down {
             self.open(sink, false);
         }
     }

@@ -10,12 +10,12 @@ impl Node {
     /// Consecutive failures crossed the threshold: exclude the node, close its cached
     /// connection (it is never trusted for readmission), and schedule the first probe.
     pub(crate) fn quarantine(&mut self, sink: &mut Sink<'_>, cause: QuarantineCause) {
-        if sink.shut_down {
+        if sink.pool.shut_down {
             return;
         }
         // In panic mode (counting this node's quarantine) a maybe-bad node beats no node: its
         // connection and queued requests stay.
-        let mut census = sink.census;
+        let mut census = sink.pool.census;
         census.healthy -= self.census().healthy;
         let panic = census.panics(sink.config.panic_threshold);
         self.admission.quarantine = Some(Quarantine {
@@ -60,7 +60,7 @@ impl Node {
             if sink.config.after_last_probe == AfterLastProbe::Readmit {
                 self.readmit(sink, Readmission::GaveUp);
             }
-        } else if sink.shut_down {
+        } else if sink.pool.shut_down {
         } else if let Some(last) = self.final_failure(sink.now) {
             // A final failure's backoff holds probes off too: they would meet the same refusal.
             self.arm(sink, NodeTimer::Probe, last.until);

@@ -45,12 +45,8 @@ use table::{Input, transition};
 pub(crate) struct Sink<'a> {
     pub(crate) now: Instant,
     pub(crate) config: &'a Config,
-    pub(crate) shut_down: bool,
-    /// The pool is in panic mode: quarantine is ignored.
-    pub(crate) panic: bool,
-    /// The admitted and healthy nodes before this input.
-    pub(crate) census: Census,
-    /// The pool's queues, tables and counters, lent whole (one pointer to pass, not nine).
+    /// The pool's queues, tables, counters and state, lent whole (one pointer to pass, not
+    /// nine, and no copy of the pool's state made for every input).
     pub(crate) pool: &'a mut Shared,
 }
 
@@ -72,6 +68,13 @@ pub(crate) struct Shared {
     /// [`Config::write_timeout`] in nanoseconds, `None` when zero (no write timeout):
     /// converted once, not on every request's write timer.
     pub(crate) write_timeout: Option<u64>,
+    /// Admitted and healthy nodes, kept up to date by the pool after every node's input (for
+    /// the panic threshold): a node's machine reads them as they were before its input.
+    pub(crate) census: Census,
+    /// In panic mode: quarantine is ignored.
+    pub(crate) panic: bool,
+    /// Shut down: no submit is accepted and nothing is selected.
+    pub(crate) shut_down: bool,
 }
 
 /// Admitted (enabled, not closed) nodes, and how many of them are healthy (not

@@ -128,15 +128,11 @@ pub struct Pool {
     /// action, event and transmit queues (connections with bytes to hand out, oldest first;
     /// entries for connections that closed meanwhile are skipped), the counters, the pending
     /// bytes across all nodes (for the memory budget) and the transparent retries a node
-    /// handed back, routed before the input returns.
+    /// handed back, routed before the input returns. Also what the machines read of the pool's
+    /// state (the census, panic mode, shutdown), so that no copy of it is made for each input.
     shared: Shared,
-    /// Admitted and healthy nodes, kept up to date by every input (for the panic threshold).
-    census: Census,
-    /// In panic mode: quarantine is ignored.
-    panic: bool,
     /// Where each node stands for selection, kept up to date by every input.
     index: SelectIndex,
-    shut_down: bool,
 }
 
 #[derive(Debug)]
@@ -162,15 +158,15 @@ impl Pool {
                 total_pending: ByteCount::default(),
                 write_timeout: (!config.write_timeout.is_zero())
                     .then(|| (Instant::ZERO + config.write_timeout).as_nanos()),
+                census: Census::default(),
+                panic: false,
+                shut_down: false,
             },
             config,
             clock: Clock::new(now),
             nodes: Vec::new(),
             free_nodes: Vec::new(),
-            census: Census::default(),
-            panic: false,
             index: SelectIndex::default(),
-            shut_down: false,
         })
     }
 
@@ -210,7 +206,7 @@ impl Pool {
             generation: slot.generation,
         };
         let node = Node::new(id, endpoint);
-        self.census.add(node.census());
+        self.shared.census.add(node.census());
         self.index
             .place(index, node.placement(now, self.config.selection));
         slot.node = Some(node);
@@ -285,7 +281,7 @@ impl Pool {
     /// waiting for a request. Refused for a quarantined node (the failure detector probes it)
     /// and after shutdown.
     pub fn connect(&mut self, now: Instant, node: NodeId) -> Result<(), HandleError> {
-        if self.shut_down || (self.node(node)?.is_quarantined() && !self.panic) {
+        if self.shared.shut_down || (self.node(node)?.is_quarantined() && !self.shared.panic) {
             return Err(HandleError::WrongState);
         }
         self.command(now, node, Node::demand_connection)
@@ -377,7 +373,7 @@ impl Pool {
     /// refuses all further submits. Every node ends `Closed`. May follow
     /// [`shutdown_gracefully`](Self::shutdown_gracefully) to cut a drain short.
     pub fn shutdown(&mut self, now: Instant) {
-        self.shut_down = true;
+        self.shared.shut_down = true;
         self.update_panic(now); // a shut-down pool selects nothing: it leaves panic mode
         self.every_node(now, |n, sink| n.close(sink, CloseReason::Shutdown, true));
     }
@@ -387,7 +383,7 @@ impl Pool {
     /// once it holds none. A node without a ready connection closes at once, ending whatever it
     /// had queued with [`CloseReason::Shutdown`]. Every node ends `Closed`.
     pub fn shutdown_gracefully(&mut self, now: Instant) {
-        self.shut_down = true;
+        self.shared.shut_down = true;
         self.update_panic(now); // a shut-down pool selects nothing: it leaves panic mode
         self.every_node(now, Node::shut_down_gracefully);
     }
@@ -788,7 +784,7 @@ impl Pool {
     /// Whether the pool is in panic mode: too few admitted nodes are healthy, so quarantine
     /// is ignored ([`Config::panic_threshold`]).
     pub fn in_panic(&self) -> bool {
-        self.panic
+        self.shared.panic
     }
 
     /// Pending outbound bytes across all nodes.

@@ -29,12 +29,12 @@ impl Pool {
 
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn is_shut_down(&self) -> bool {
-        self.shut_down
+        self.shared.shut_down
     }
 
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn census(&self) -> Census {
-        self.census
+        self.shared.census
     }
 
     /// The timer heap, to break it in tests of the consistency checks.
@@ -97,7 +97,7 @@ impl Pool {
         id: NodeId,
         f: impl FnOnce(&mut Node, &mut Sink<'_>) -> R,
     ) -> Result<R, HandleError> {
-        let census = self.census;
+        let census = self.shared.census;
         let (result, census_changed) = self.run_node(now, id, f)?;
         self.route_and_update_panic(now, census, census_changed);
         Ok(result)
@@ -111,7 +111,7 @@ impl Pool {
         if !self.shared.retry.is_empty() {
             self.route_retries(now);
             // The retries may have moved it too (or moved it back).
-            census_changed = self.census != census;
+            census_changed = self.shared.census != census;
         }
         if census_changed {
             self.update_panic(now);
@@ -129,9 +129,6 @@ impl Pool {
         let sink = Sink {
             now,
             config: &self.config,
-            shut_down: self.shut_down,
-            panic: self.panic,
-            census: self.census,
             pool: &mut self.shared,
         };
         Some((node, sink))
@@ -158,8 +155,8 @@ impl Pool {
     fn recount(&mut self, id: NodeId, before: Census, after: Census) -> bool {
         let census_changed = after != before;
         if census_changed {
-            self.census.remove(before);
-            self.census.add(after);
+            self.shared.census.remove(before);
+            self.shared.census.add(after);
         }
         self.index.touch(id.index);
         census_changed
@@ -210,7 +207,7 @@ impl Pool {
     #[cold]
     #[inline(never)]
     fn after_failed_response(&mut self, now: Instant, id: NodeId, before: Census, after: Census) {
-        let census = self.census;
+        let census = self.shared.census;
         let census_changed = self.recount(id, before, after);
         self.route_and_update_panic(now, census, census_changed);
     }
@@ -292,7 +289,7 @@ impl Pool {
             let fits = deadline >= now
                 && target.is_some_and(|t| {
                     self.node(t).is_ok_and(|n| {
-                        n.selectable(now, self.panic) && self.room(n, retry.cost).is_ok()
+                        n.selectable(now, self.shared.panic) && self.room(n, retry.cost).is_ok()
                     })
                 });
             match target {
@@ -323,18 +320,19 @@ impl Pool {
     pub(super) fn update_panic(&mut self, now: Instant) {
         // Once shut down the pool selects nothing: it leaves panic mode (once), and nodes
         // closing one by one say nothing more about health.
-        let panic = !self.shut_down && self.census.panics(self.config.panic_threshold);
-        if panic == self.panic {
+        let panic =
+            !self.shared.shut_down && self.shared.census.panics(self.config.panic_threshold);
+        if panic == self.shared.panic {
             return;
         }
-        self.panic = panic;
+        self.shared.panic = panic;
         if panic {
             self.shared.counters.panics += 1;
         }
         self.shared.events.push_back(Event::PanicMode {
             entered: panic,
-            healthy: self.census.healthy,
-            admitted: self.census.admitted,
+            healthy: self.shared.census.healthy,
+            admitted: self.shared.census.admitted,
             at: now,
         });
     }
@@ -404,7 +402,7 @@ impl Pool {
         deadline: Instant,
         len: usize,
     ) -> Result<(NodeId, u64), SubmitError> {
-        if self.shut_down {
+        if self.shared.shut_down {
             return Err(SubmitError::NodeUnavailable(Unavailable::Shutdown));
         }
         if deadline < now {
@@ -421,7 +419,7 @@ impl Pool {
                     let reason = Unavailable::Failed(last.reason);
                     return Err(SubmitError::NodeUnavailable(reason));
                 }
-                if a.quarantine.is_some() && !self.panic {
+                if a.quarantine.is_some() && !self.shared.panic {
                     return Err(SubmitError::NodeUnavailable(Unavailable::Quarantined));
                 }
                 if now < a.throttled_until {
