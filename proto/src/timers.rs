@@ -415,8 +415,7 @@ impl TimerHeap {
     #[cfg(test)]
     pub(crate) fn schedule_request(&mut self, at: Instant, id: RequestId) {
         match self.requests.cell_of(id) {
-            None => self.requests.make_room(id),
-            Some(ABSENT) => {}
+            None | Some(ABSENT) => {}
             Some(cell) if cell & IN_LANE != 0 => self.lane_remove(self.lane_index(cell)),
             Some(cell) if cell & IN_EARLY != 0 => self.early_remove((cell & !IN_EARLY) as usize),
             Some(cell) => self.requests.remove_at(cell as usize),
@@ -429,40 +428,35 @@ impl TimerHeap {
     /// looked for, only checked by a debug assertion.
     #[inline]
     pub(crate) fn schedule_new_request(&mut self, at: Instant, id: RequestId) {
-        self.requests.make_room(id);
-        debug_assert_eq!(
-            self.requests.at[id.slot()],
-            ABSENT,
-            "{id:?} is new but scheduled"
-        );
         self.place_request(at, id);
     }
 
-    /// Puts request `id`'s deadline, which the index does not hold, where it goes.
+    /// Puts request `id`'s deadline, which the index does not hold, where it goes. Its slot's
+    /// cell is found (the table grown for a new slot) once, before the entry is placed: one
+    /// bounds check, not one to grow the table and another to record the place.
     #[inline(always)]
     fn place_request(&mut self, at: Instant, id: RequestId) {
+        let cell = cell_mut(&mut self.requests.at, id.slot());
+        debug_assert_eq!(*cell, ABSENT, "{id:?} is new but scheduled");
         if self.lane.back().is_none_or(|&(last, _)| at >= last) {
-            let seq = self.lane_head + self.lane.len() as u64;
+            *cell = IN_LANE | (self.lane_head + self.lane.len() as u64);
             self.lane.push_back((at, id));
             self.lane_live += 1;
-            self.requests.at[id.slot()] = IN_LANE | seq;
             return;
         }
-        if self.earlier_than_every_request(at) {
-            self.requests.at[id.slot()] = IN_EARLY | self.early.len() as u64;
+        // Earlier than every request deadline in the index (the early stack's top, the request
+        // heap's and the lane's fronts).
+        let earlier = |top: Option<&(Instant, RequestId)>| top.is_none_or(|&(first, _)| at < first);
+        if earlier(self.early.last())
+            && earlier(self.requests.entries.first())
+            && earlier(self.lane.front())
+        {
+            *cell = IN_EARLY | self.early.len() as u64;
             self.early.push((at, id));
             self.early_live += 1;
             return;
         }
         self.requests.push((at, id));
-    }
-
-    /// Whether `at` is earlier than every request deadline in the index.
-    fn earlier_than_every_request(&self, at: Instant) -> bool {
-        let earlier = |top: Option<&(Instant, RequestId)>| top.is_none_or(|&(first, _)| at < first);
-        earlier(self.early.last())
-            && earlier(self.requests.entries.first())
-            && earlier(self.lane.front())
     }
 
     /// Takes `key`'s entry out, if the index holds one for exactly this key.
@@ -743,6 +737,25 @@ impl TimerHeap {
             && early_falls
             && top_live
     }
+}
+
+/// The cell of `slot` in a position table, which grows to hold it if it is too short (a new
+/// slot; rare, and out of line).
+#[inline(always)]
+fn cell_mut(cells: &mut Vec<u64>, slot: usize) -> &mut u64 {
+    if slot < cells.len() {
+        &mut cells[slot]
+    } else {
+        grow_to_cell(cells, slot)
+    }
+}
+
+/// [`cell_mut`] for a slot beyond the table.
+#[cold]
+#[inline(never)]
+fn grow_to_cell(cells: &mut Vec<u64>, slot: usize) -> &mut u64 {
+    cells.resize(slot + 1, ABSENT);
+    &mut cells[slot]
 }
 
 /// For a compaction of the lane or the early stack (`tag` [`IN_LANE`] or [`IN_EARLY`]), whose
