@@ -279,13 +279,15 @@ impl<K: HeapKey> KeyedHeap<K> {
     /// it stays at the end (as [`Self::push`] most often finds): whether it did.
     #[inline(always)]
     fn push_in_place(&mut self, entry: (Instant, K)) -> bool {
-        let (i, cell) = (self.entries.len(), entry.1.cell());
-        let fits = cell < self.at.len()
-            && i < self.entries.capacity()
-            && (i == 0 || self.entries[(i - 1) / ARITY] <= entry);
+        let i = self.entries.len();
+        let Some(cell) = self.at.get_mut(entry.1.cell()) else {
+            return false;
+        };
+        let fits =
+            i < self.entries.capacity() && (i == 0 || self.entries[(i - 1) / ARITY] <= entry);
         if fits {
             self.entries.push(entry);
-            self.at[cell] = i as u64;
+            *cell = i as u64;
         }
         fits
     }
@@ -386,16 +388,31 @@ impl TimerHeap {
     /// index holds no entry for it then (as [`Self::cancel_armed_node`] relies on the other
     /// way round), so its slot's cell is not read to find one to move, only checked by a
     /// debug assertion ([`Self::schedule_node`] reads it). The usual case (the write timer
-    /// armed by a request on an idle connection, no table to grow, no entry to move) takes no
-    /// call and saves no register; the rest is out of line.
+    /// armed by a request on an idle connection, no table to grow, no entry to move) saves no
+    /// register; the rest is out of line. A submit's write timer takes it inlined
+    /// ([`Self::schedule_stopped_node_inline`]).
     pub(crate) fn schedule_stopped_node(&mut self, at: Instant, node: NodeId, timer: NodeTimer) {
+        self.schedule_stopped_node_inline(at, node, timer);
+    }
+
+    /// [`Self::schedule_stopped_node`], inlined: for a submit's write timer, in a caller that
+    /// has saved its registers already. The slot's cell is looked up once (not checked for
+    /// room, then indexed again after the push), and the rest out of line takes the entry's
+    /// parts in registers: an entry (24 bytes) passed to it was built on the stack first.
+    #[inline(always)]
+    pub(crate) fn schedule_stopped_node_inline(
+        &mut self,
+        at: Instant,
+        node: NodeId,
+        timer: NodeTimer,
+    ) {
         let key = (node, timer);
         debug_assert!(
             self.nodes.cell_of(key).is_none_or(|cell| cell == ABSENT),
             "{key:?} is stopped but in the index"
         );
         if !self.nodes.push_in_place((at, key)) {
-            self.push_stopped_node((at, key));
+            self.push_stopped_node(at, node, timer);
         }
     }
 
@@ -403,9 +420,10 @@ impl TimerHeap {
     /// sifts up, or the heap's buffer grows.
     #[cold]
     #[inline(never)]
-    fn push_stopped_node(&mut self, entry: (Instant, (NodeId, NodeTimer))) {
-        self.nodes.make_room(entry.1);
-        self.nodes.push(entry);
+    fn push_stopped_node(&mut self, at: Instant, node: NodeId, timer: NodeTimer) {
+        let key = (node, timer);
+        self.nodes.make_room(key);
+        self.nodes.push((at, key));
     }
 
     /// Schedules request `id`'s deadline at `at`: at the back of the lane if no earlier than
