@@ -63,6 +63,9 @@ impl Requests {
         }
     }
 
+    /// Puts `request` in a free slot (a freed one first): its id. `#[inline]`: a submit's
+    /// enqueue, inlined into `Pool::submit`, made it a call with the request on the stack.
+    #[inline]
     pub(crate) fn insert(&mut self, request: Request) -> RequestId {
         if let Some(slot) = self.free.pop() {
             let entry = &mut self.slots[slot as usize];

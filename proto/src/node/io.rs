@@ -40,6 +40,8 @@ impl Sink<'_> {
         });
     }
 
+    /// Announces a writability flip, if any. `#[inline]`: see [`Node::enqueue`].
+    #[inline]
     fn writability(&mut self, node: crate::NodeId, flip: Option<Flip>, pending: u64) {
         if let Some(flip) = flip {
             self.pool.events.push_back(Event::Writability {
@@ -58,6 +60,14 @@ impl Node {
     /// Queues an accepted request's frame (the pool checked writability, the in-flight cap
     /// and the memory budget). Arms the write timer at once on a ready connection: an adapter
     /// that only wakes for [`Pool::poll_timeout`](crate::Pool::poll_timeout) still sees it.
+    ///
+    /// `#[inline(always)]` into `Pool::submit`, its one caller, which then passes it nothing
+    /// through memory (the sink and the frame were built on the stack for the call) and
+    /// saves its registers once. That pays only with the helpers it calls inlined in it too
+    /// (`Requests::insert`, `Sink::writability` and [`Node::schedule_transmit`] `#[inline]`,
+    /// [`Node::demand_connection`] `#[inline(always)]`): in the larger function the compiler
+    /// made them calls, and the request was built on the stack for its insert.
+    #[inline(always)]
     pub(crate) fn enqueue(
         &mut self,
         sink: &mut Sink<'_>,
@@ -184,7 +194,8 @@ impl Node {
     // Handing bytes out and write reports.
 
     /// Puts the connection in the pool's transmit queue if it has bytes to hand out and the
-    /// adapter can take them.
+    /// adapter can take them. `#[inline]`: see [`Node::enqueue`].
+    #[inline]
     pub(super) fn schedule_transmit(&mut self, sink: &mut Sink<'_>) {
         let established = self.state.is_established();
         let has_bytes = self.outbound.has_unhanded();
