@@ -756,7 +756,7 @@ impl Driver {
         self.conns.clear();
         // Dropping the leftover commands drops their replies: callers read `Shutdown`.
         self.inbox.close();
-        while self.inbox.try_recv().is_ok() {}
+        self.inbox.clear();
         self.commands.clear();
         self.readiness.stop();
         self.telemetry.finish(&self.pool);
