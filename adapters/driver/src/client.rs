@@ -304,7 +304,9 @@ struct Handle {
 }
 
 impl Handle {
-    /// Queues `command` for the driver; hands it back if the driver has stopped.
+    /// Queues `command` for the driver; hands it back if the driver has stopped. Inlined
+    /// into the send, which then builds its command where the queue's push reads it.
+    #[inline]
     fn push(&self, command: Command) -> Result<(), Command> {
         self.outbox.send(command)
     }

@@ -117,6 +117,7 @@ pub(crate) struct Outbox<C> {
 
 impl<C> Outbox<C> {
     /// Queues `command` and wakes the driver; hands it back if the driver has stopped.
+    #[inline]
     pub(crate) fn send(&self, command: C) -> Result<(), C> {
         {
             let mut queued = self.queue.lock();
