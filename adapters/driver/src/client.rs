@@ -3,8 +3,11 @@
 //! the sockets; results come back through a per-call reply.
 
 use std::fmt;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -356,13 +359,11 @@ impl Client {
         if self.handle.push(command).is_err() {
             return Err(SendError::Shutdown);
         }
-        let mut pending = CancelOnDrop {
+        CancelOnDrop {
             receiver,
             handle: &self.handle,
-        };
-        (&mut pending.receiver)
-            .await
-            .unwrap_or(Err(SendError::Shutdown))
+        }
+        .await
     }
 
     /// A [`ClientService`] that sends to `target` with `timeout`, and whose readiness is
@@ -526,6 +527,20 @@ fn entropy_seed() -> u64 {
 struct CancelOnDrop<'a> {
     receiver: ReplyReceiver<Result<Bytes, SendError>>,
     handle: &'a Handle,
+}
+
+/// The answer, or [`SendError::Shutdown`] if the driver stopped without one. Awaited by
+/// value, not through `&mut`: the send's state machine then polls it directly, and both its
+/// polls (once to wait, once to take the answer) are inlined there.
+impl Future for CancelOnDrop<'_> {
+    type Output = Result<Bytes, SendError>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.get_mut().receiver)
+            .poll(cx)
+            .map(|answer| answer.unwrap_or(Err(SendError::Shutdown)))
+    }
 }
 
 impl Drop for CancelOnDrop<'_> {
