@@ -267,6 +267,13 @@ impl LengthPrefixed {
     /// Appends `payload` framed with correlation id `id` to `dst` (a server uses this for its
     /// responses too).
     pub fn frame_into(id: u64, payload: &[u8], dst: &mut BytesMut) -> Result<(), EncodeError> {
+        Self::frame_inline(id, payload, dst)
+    }
+
+    /// [`frame_into`](Self::frame_into), inlined into the codec's [`encode`](Codec::encode),
+    /// which otherwise only forwarded to it through a second call.
+    #[inline(always)]
+    fn frame_inline(id: u64, payload: &[u8], dst: &mut BytesMut) -> Result<(), EncodeError> {
         let max = u64::from(u32::MAX - Self::ID_LEN);
         let len = u32::try_from(payload.len())
             .ok()
@@ -364,7 +371,7 @@ impl Codec for LengthPrefixed {
         id: Option<u64>,
         dst: &mut BytesMut,
     ) -> Result<(), EncodeError> {
-        Self::frame_into(id.unwrap_or(0), payload, dst)
+        Self::frame_inline(id.unwrap_or(0), payload, dst)
     }
 
     fn decoder(&self) -> Box<dyn Decoder> {
