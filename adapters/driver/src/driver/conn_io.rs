@@ -467,14 +467,16 @@ impl Driver {
                     }
                 }
                 Ok(Some(Decoded::Tagged { id, payload })) => {
-                    let Some(&request) = self.ids.get(id) else {
+                    // The id is forgotten once the pool no longer holds its request.
+                    let pool = &mut self.pool;
+                    let answered = self.ids.answer(id, |&request| {
+                        let answered = pool.handle_response(now, conn, request, payload);
+                        (answered, !pool.holds(request))
+                    });
+                    let Some(answered) = answered else {
                         self.violated(now, conn, Violation::UnknownId(id));
                         return Decoding::Closed;
                     };
-                    let answered = self.pool.handle_response(now, conn, request, payload);
-                    if !self.pool.holds(request) {
-                        self.ids.remove(id);
-                    }
                     if answered.is_err() {
                         // Not in flight on this connection: the pool closed it.
                         self.conns.remove(&conn);

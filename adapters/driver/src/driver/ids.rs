@@ -143,6 +143,34 @@ impl<T> Ids<T> {
         }
     }
 
+    /// Runs `answer` on what `id` names, if anything, and forgets `id` if `answer` says so
+    /// (its second value): [`get`](Self::get) and [`remove`](Self::remove) with one lookup,
+    /// for a response (the window's slot is found once, not again to empty it).
+    #[inline]
+    pub(crate) fn answer<R>(&mut self, id: u64, answer: impl FnOnce(&T) -> (R, bool)) -> Option<R> {
+        let Some(k) = self.window_index(id) else {
+            return self.answer_aside(id, answer);
+        };
+        let slot = &mut self.window[k];
+        let (answered, forget) = answer(slot.as_ref()?);
+        if forget {
+            *slot = None;
+            self.in_window -= 1;
+            self.trim_front();
+        }
+        Some(answered)
+    }
+
+    /// [`answer`](Self::answer) for an id outside the window.
+    #[inline(never)]
+    fn answer_aside<R>(&mut self, id: u64, answer: impl FnOnce(&T) -> (R, bool)) -> Option<R> {
+        let (answered, forget) = answer(self.aside.get(&id)?);
+        if forget {
+            self.aside.remove(&id);
+        }
+        Some(answered)
+    }
+
     pub(crate) fn remove(&mut self, id: u64) {
         match self.window_index(id) {
             Some(k) => {
