@@ -360,9 +360,10 @@ impl Driver {
                     ..
                 } => {
                     if let Some(waiting) = self.waiting.remove(id) {
+                        let responded = matches!(outcome, Outcome::Response(_));
                         answer(waiting.reply, result_of(outcome, sent, retried));
                         self.answered += 1;
-                        self.forget_id(id, waiting.protocol_id);
+                        self.forget_id(id, waiting.protocol_id, responded);
                     }
                 }
                 other => self.hub.publish(ClientEvent::Pool(other)),
@@ -601,14 +602,21 @@ impl Driver {
     }
 
     /// A request ended: its protocol id is free again unless a late response may still come
-    /// (the pool holds the request); such ids are swept once they pile up.
-    fn forget_id(&mut self, request: RequestId, protocol_id: Option<u64>) {
+    /// (the pool holds the request); such ids are swept once they pile up. One that ended
+    /// with its response (`responded`) was forgotten already, when the response was read
+    /// (`Ids::answer` in `decode`, once the pool no longer held the request): only the sweep
+    /// is left.
+    fn forget_id(&mut self, request: RequestId, protocol_id: Option<u64>, responded: bool) {
         let Some(protocol_id) = protocol_id else {
             return;
         };
-        if !self.pool.holds(request) {
+        if !responded && !self.pool.holds(request) {
             self.ids.remove(protocol_id);
         }
+        debug_assert!(
+            !responded || self.ids.get(protocol_id) != Some(&request),
+            "the protocol id of a request that ended with its response is still filed"
+        );
         self.sweep_ids();
     }
 
