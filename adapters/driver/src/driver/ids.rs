@@ -313,6 +313,36 @@ mod tests {
         );
     }
 
+    #[test]
+    fn an_answer_reads_its_id_and_forgets_it_only_when_told() {
+        let mut ids = Ids::default();
+        for id in 0..3 {
+            ids.insert(id, id * 10);
+        }
+        ids.insert(1_000, 7); // out of sequence: aside
+        assert_eq!(ids.answer(1, |v| (*v, false)), Some(10));
+        assert_eq!(ids.get(1), Some(&10), "kept: told not to forget");
+        assert_eq!(ids.answer(0, |v| (*v, true)), Some(0));
+        assert_eq!(
+            (ids.get(0), ids.len(), ids.window.len(), ids.in_window),
+            (None, 3, 2, 2),
+            "forgotten, and the window's front moved past it"
+        );
+        assert_eq!(ids.answer(1_000, |v| (*v, true)), Some(7));
+        assert_eq!((ids.get(1_000), ids.aside.len()), (None, 0));
+        let mut called = false;
+        assert_eq!(
+            ids.answer(5, |v| (*v, {
+                called = true;
+                true
+            })),
+            None
+        );
+        assert_eq!(ids.answer(1_000, |v| (*v, true)), None);
+        assert!(!called, "an id that names nothing is not answered");
+        assert_eq!(ids.len(), 2);
+    }
+
     /// The ids as one plain map: the reference the window and the map beside it are held to.
     #[derive(Default)]
     struct Model {
