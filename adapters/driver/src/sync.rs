@@ -98,6 +98,16 @@ impl<C> Inbox<C> {
     }
 }
 
+impl<C> Drop for Inbox<C> {
+    /// The driver is gone (its end is dropped as it finishes, or with a driver that never
+    /// ran): a command sent from now on is handed back, and those still queued are dropped,
+    /// so that no caller waits on a reply nobody holds.
+    fn drop(&mut self) {
+        self.close();
+        self.clear();
+    }
+}
+
 /// Why [`Inbox::try_recv`] found no command.
 #[cfg(test)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -388,6 +398,21 @@ mod tests {
         hub.close();
         let mut late = handle.subscribe();
         assert_eq!(late.try_next(), Some(Next::Closed));
+    }
+
+    #[test]
+    fn a_dropped_inbox_drops_what_is_queued_and_hands_later_commands_back() {
+        let (outbox, inbox) = command_queue(Waker::noop().clone());
+        let queued = std::sync::Arc::new(());
+        outbox.send(std::sync::Arc::clone(&queued)).unwrap();
+        assert_eq!(std::sync::Arc::strong_count(&queued), 2);
+        drop(inbox);
+        assert_eq!(
+            std::sync::Arc::strong_count(&queued),
+            1,
+            "the queued command is dropped (its reply with it)"
+        );
+        assert!(outbox.send(std::sync::Arc::clone(&queued)).is_err());
     }
 
     #[test]
