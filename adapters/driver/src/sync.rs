@@ -1,10 +1,10 @@
 //! The hand-offs between client handles and the driver task: the event fan-out on tokio's
 //! `sync` channels (well-kept and loom-tested; they need no tokio runtime, so the driver and
 //! its callers may run on any executor), and of keepwire's own, an unbounded command queue
-//! into the driver ([`command_queue`]: a vector behind a lock, taken whole) and a one-shot
-//! reply per call ([`reply`](mod@reply)), whose slots a client's sends take from and give
-//! back to its spares ([`Spares`]), so that a send allocates none in steady state. What is
-//! left here gives them keepwire's semantics:
+//! into the driver ([`command_queue`], lock-free while it holds under a few hundred commands)
+//! and a one-shot reply per call ([`reply`](mod@reply)), whose slots a client's sends take
+//! from and give back to its spares ([`Spares`]), so that a send allocates none in steady
+//! state. What is left here gives them keepwire's semantics:
 //!
 //! - **Cancel on drop.** The driver binds each send's reply to the request it submitted; a
 //!   caller that stops waiting takes that request's id from the reply and sends it back, and
@@ -25,75 +25,102 @@ pub(crate) use reply::{
 };
 
 use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::mem;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
+
+use concurrent_queue::{ConcurrentQueue, PushError};
 
 use tokio::sync::broadcast;
 
-/// What the command queue's two ends share: the commands queued, behind a lock held only to
-/// push one or to take them all (a few instructions, no allocation in steady state: the
-/// driver's emptied vector comes back as the queue's next one).
+/// What the command queue's two ends share: a lock-free ring (async-io's and
+/// async-executor's queue), and behind it, for a burst that fills the ring, an overflow list
+/// under a lock, which the commands queued while it is in use join in order.
 ///
-/// It replaced tokio's unbounded `mpsc`, whose send (a semaphore, a slot claimed in its
-/// block list, a ready bit, a receiver wake) and receive cost about 220 instructions per
-/// command between them; here a send is one uncontended lock and a push, and a batch one lock
-/// for all its commands (about 140 instructions less per request at 64 B x 64 in flight).
-/// The lock is held for a push or a swap, never across a wake, a drop or an allocation of
-/// more than the vector's growth: a side that finds it held waits that long (or, should the
-/// holder be preempted inside it, until the holder runs again).
+/// It replaced tokio's unbounded `mpsc`, whose send (a semaphore, a slot claimed in its block
+/// list, a ready bit, a receiver wake) and receive cost about 220 instructions per command
+/// between them; an unbounded lock-free list allocates a block every few dozen commands. A
+/// command queued into the ring takes no lock and allocates nothing.
 #[derive(Debug)]
 struct Queue<C> {
-    queued: Mutex<Queued<C>>,
+    ring: ConcurrentQueue<C>,
+    /// Commands that found the ring full, and those queued after them until the driver took
+    /// them all: in queue order, after the ring's.
+    overflow: Mutex<VecDeque<C>>,
+    /// The overflow list is in use: a command joins it rather than the ring. Set and cleared
+    /// under its lock.
+    overflowing: AtomicBool,
+    /// The outbox is gone: nothing more will be queued. Set after its last push.
+    orphaned: AtomicBool,
 }
 
-#[derive(Debug)]
-struct Queued<C> {
-    commands: Vec<C>,
-    /// The driver closed the inbox: a command sent from now on is handed back.
-    closed: bool,
-    /// The outbox is gone: nothing more will be queued.
-    orphaned: bool,
-}
+/// Commands the ring holds before they go to the overflow list.
+const RING: usize = 256;
 
 impl<C> Queue<C> {
-    /// The queue, locked. Nothing panics while holding it (a push that cannot allocate
-    /// aborts), so a poisoned lock still holds a consistent queue.
-    fn lock(&self) -> MutexGuard<'_, Queued<C>> {
-        self.queued.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The overflow list, locked. Nothing panics while holding it (a push that cannot
+    /// allocate aborts), so a poisoned lock still holds a consistent list.
+    fn overflow(&self) -> MutexGuard<'_, VecDeque<C>> {
+        self.overflow.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `command` behind the overflow list (the ring was full, or the list in use);
+    /// hands it back if the driver has stopped.
+    #[cold]
+    fn push_overflow(&self, command: C) -> Result<(), C> {
+        let mut overflow = self.overflow();
+        if self.ring.is_closed() {
+            return Err(command);
+        }
+        self.overflowing.store(true, Ordering::Release);
+        overflow.push_back(command);
+        Ok(())
+    }
+
+    /// Takes up to `limit` commands off the overflow list into `out`; whether it is empty now.
+    #[cold]
+    fn take_overflow(&self, out: &mut Vec<C>, limit: usize) -> bool {
+        let mut overflow = self.overflow();
+        let n = overflow.len().min(limit);
+        out.extend(overflow.drain(..n));
+        if overflow.is_empty() {
+            // Under the lock: a command queued after this goes to the ring again.
+            self.overflowing.store(false, Ordering::Release);
+            return true;
+        }
+        false
     }
 }
 
 /// The driver's end of the command queue.
 #[derive(Debug)]
 pub(crate) struct Inbox<C> {
-    queue: std::sync::Arc<Queue<C>>,
+    queue: Arc<Queue<C>>,
 }
 
 impl<C> Inbox<C> {
     /// Refuses every later command (the outbox hands it back); those queued stay to be taken.
     pub(crate) fn close(&mut self) {
-        self.queue.lock().closed = true;
+        self.queue.ring.close();
     }
 
-    /// Drops every command queued, outside the lock (a dropped reply wakes its caller).
+    /// Drops every command queued (a dropped reply wakes its caller).
     pub(crate) fn clear(&mut self) {
-        let dropped = mem::take(&mut self.queue.lock().commands);
+        while self.queue.ring.pop().is_ok() {}
+        let dropped = std::mem::take(&mut *self.queue.overflow());
         drop(dropped);
     }
 
     /// The oldest command queued, if any.
     #[cfg(test)]
     pub(crate) fn try_recv(&mut self) -> Result<C, TryRecvError> {
-        let mut queued = self.queue.lock();
-        if !queued.commands.is_empty() {
-            return Ok(queued.commands.remove(0));
-        }
-        if queued.closed || queued.orphaned {
-            Err(TryRecvError::Disconnected)
-        } else {
-            Err(TryRecvError::Empty)
+        let mut out = Vec::new();
+        match take_commands(self, Waker::noop(), &mut out, 1) {
+            _ if !out.is_empty() => Ok(out.remove(0)),
+            Taken::Closed => Err(TryRecvError::Disconnected),
+            _ => Err(TryRecvError::Empty),
         }
     }
 }
@@ -121,7 +148,7 @@ pub(crate) enum TryRecvError {
 /// the inbox was marked. The only one of its queue: dropping it ends the queue.
 #[derive(Debug)]
 pub(crate) struct Outbox<C> {
-    queue: std::sync::Arc<Queue<C>>,
+    queue: Arc<Queue<C>>,
     wake: Waker,
 }
 
@@ -129,12 +156,15 @@ impl<C> Outbox<C> {
     /// Queues `command` and wakes the driver; hands it back if the driver has stopped.
     #[inline]
     pub(crate) fn send(&self, command: C) -> Result<(), C> {
-        {
-            let mut queued = self.queue.lock();
-            if queued.closed {
-                return Err(command);
+        let queue = &*self.queue;
+        if queue.overflowing.load(Ordering::Acquire) {
+            queue.push_overflow(command)?;
+        } else {
+            match queue.ring.push(command) {
+                Ok(()) => {}
+                Err(PushError::Full(command)) => queue.push_overflow(command)?,
+                Err(PushError::Closed(command)) => return Err(command),
             }
-            queued.commands.push(command);
         }
         self.wake.wake_by_ref();
         Ok(())
@@ -145,7 +175,8 @@ impl<C> Drop for Outbox<C> {
     /// Every sender is gone: the driver's next take reports the queue closed once it is
     /// empty, and the wake makes sure a take comes.
     fn drop(&mut self) {
-        self.queue.lock().orphaned = true;
+        // After every push of this outbox: a take that reads the mark finds them all.
+        self.queue.orphaned.store(true, Ordering::Release);
         self.wake.wake_by_ref();
     }
 }
@@ -153,15 +184,14 @@ impl<C> Drop for Outbox<C> {
 /// A command queue: clients send, the driver receives; each send wakes the driver with
 /// `wake`.
 pub(crate) fn command_queue<C>(wake: Waker) -> (Outbox<C>, Inbox<C>) {
-    let queue = std::sync::Arc::new(Queue {
-        queued: Mutex::new(Queued {
-            commands: Vec::new(),
-            closed: false,
-            orphaned: false,
-        }),
+    let queue = Arc::new(Queue {
+        ring: ConcurrentQueue::bounded(RING),
+        overflow: Mutex::new(VecDeque::new()),
+        overflowing: AtomicBool::new(false),
+        orphaned: AtomicBool::new(false),
     });
     let inbox = Inbox {
-        queue: std::sync::Arc::clone(&queue),
+        queue: Arc::clone(&queue),
     };
     (Outbox { queue, wake }, inbox)
 }
@@ -171,38 +201,41 @@ pub(crate) fn command_queue<C>(wake: Waker) -> (Outbox<C>, Inbox<C>) {
 pub(crate) enum Taken {
     /// The queue is empty: a command queued from now on wakes the driver.
     Empty,
-    /// It took its limit: more are queued.
+    /// It took its limit: more may be queued.
     Limit,
     /// The queue is empty and the outbox is gone (or the driver closed the inbox).
     Closed,
 }
 
-/// Takes up to `limit` queued commands into `out`, oldest first, under one lock: all of them
-/// at once when they are within the limit (the queue's vector and an empty `out` trade
-/// places, so neither side allocates in steady state). A command queued after this wakes the
-/// driver (the [`Outbox`] does it for every command), so the queue needs no waker of its
-/// own; `_waker` is the inbox's, kept for a queue that would.
+/// Takes up to `limit` queued commands into `out`, oldest first. A command queued after this
+/// wakes the driver (the [`Outbox`] does it for every command), so the queue needs no waker
+/// of its own; `_waker` is the inbox's, kept for a queue that would.
 pub(crate) fn take_commands<C>(
     inbox: &mut Inbox<C>,
     _waker: &Waker,
     out: &mut Vec<C>,
     limit: usize,
 ) -> Taken {
-    let mut queued = inbox.queue.lock();
-    if queued.commands.len() > limit {
-        out.extend(queued.commands.drain(..limit));
-        return Taken::Limit;
+    let queue = &inbox.queue;
+    // Read before the queue: once the outbox is gone, every command it queued is in the queue
+    // by then, and found below.
+    let orphaned = queue.orphaned.load(Ordering::Acquire);
+    for taken in 0..limit {
+        match queue.ring.pop() {
+            Ok(command) => out.push(command),
+            // The ring is empty: the overflow list's commands come after its.
+            Err(_) => {
+                let emptied = !queue.overflowing.load(Ordering::Acquire)
+                    || queue.take_overflow(out, limit - taken);
+                return match emptied {
+                    false => Taken::Limit,
+                    true if orphaned || queue.ring.is_closed() => Taken::Closed,
+                    true => Taken::Empty,
+                };
+            }
+        }
     }
-    if out.is_empty() {
-        mem::swap(out, &mut queued.commands);
-    } else {
-        out.append(&mut queued.commands);
-    }
-    if queued.closed || queued.orphaned {
-        Taken::Closed
-    } else {
-        Taken::Empty
-    }
+    Taken::Limit
 }
 
 /// A map keyed by ids keepwire makes itself (request and protocol ids): hashed with one
@@ -336,21 +369,21 @@ pub(crate) struct WakeCount(std::sync::atomic::AtomicUsize);
 #[cfg(test)]
 impl WakeCount {
     /// A fresh count and a waker that adds to it.
-    pub(crate) fn waker() -> (std::sync::Arc<Self>, Waker) {
-        let count = std::sync::Arc::new(Self::default());
-        (std::sync::Arc::clone(&count), Waker::from(count))
+    pub(crate) fn waker() -> (Arc<Self>, Waker) {
+        let count = Arc::new(Self::default());
+        (Arc::clone(&count), Waker::from(count))
     }
 
     /// The wakes so far.
     pub(crate) fn count(&self) -> usize {
-        self.0.load(std::sync::atomic::Ordering::SeqCst)
+        self.0.load(Ordering::SeqCst)
     }
 }
 
 #[cfg(test)]
 impl std::task::Wake for WakeCount {
-    fn wake(self: std::sync::Arc<Self>) {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -403,16 +436,96 @@ mod tests {
     #[test]
     fn a_dropped_inbox_drops_what_is_queued_and_hands_later_commands_back() {
         let (outbox, inbox) = command_queue(Waker::noop().clone());
-        let queued = std::sync::Arc::new(());
-        outbox.send(std::sync::Arc::clone(&queued)).unwrap();
-        assert_eq!(std::sync::Arc::strong_count(&queued), 2);
+        let queued = Arc::new(());
+        outbox.send(Arc::clone(&queued)).unwrap();
+        assert_eq!(Arc::strong_count(&queued), 2);
         drop(inbox);
         assert_eq!(
-            std::sync::Arc::strong_count(&queued),
+            Arc::strong_count(&queued),
             1,
             "the queued command is dropped (its reply with it)"
         );
-        assert!(outbox.send(std::sync::Arc::clone(&queued)).is_err());
+        assert!(outbox.send(Arc::clone(&queued)).is_err());
+    }
+
+    #[test]
+    fn a_burst_beyond_the_ring_keeps_its_order_through_the_overflow_list() {
+        let (outbox, mut inbox) = command_queue(Waker::noop().clone());
+        let waker = Waker::noop();
+        let burst = RING + 10;
+        for command in 0..burst {
+            outbox.send(command).unwrap();
+        }
+        assert!(inbox.queue.overflowing.load(Ordering::SeqCst));
+        let mut taken = Vec::new();
+        assert_eq!(
+            take_commands(&mut inbox, waker, &mut taken, RING + 5),
+            Taken::Limit,
+            "the ring's, then five of the overflow list's"
+        );
+        outbox.send(burst).unwrap(); // joins the overflow list, behind the rest
+        assert_eq!(
+            take_commands(&mut inbox, waker, &mut taken, RING),
+            Taken::Empty
+        );
+        assert_eq!(taken, (0..=burst).collect::<Vec<_>>());
+        assert!(
+            !inbox.queue.overflowing.load(Ordering::SeqCst),
+            "emptied, the overflow list is out of use"
+        );
+        outbox.send(0).unwrap();
+        assert_eq!(inbox.queue.ring.len(), 1, "back to the ring");
+
+        // Closed, a full ring hands a command back as the overflow list would.
+        for command in 1..RING {
+            outbox.send(command).unwrap();
+        }
+        inbox.close();
+        assert_eq!(outbox.send(RING), Err(RING));
+        inbox.clear();
+        drop(outbox);
+        taken.clear();
+        assert_eq!(
+            take_commands(&mut inbox, waker, &mut taken, 1),
+            Taken::Closed
+        );
+        assert!(taken.is_empty());
+    }
+
+    #[test]
+    fn commands_from_many_threads_arrive_once_each_in_each_threads_order() {
+        let (outbox, mut inbox) = command_queue(Waker::noop().clone());
+        let outbox = Arc::new(outbox);
+        const THREADS: usize = 4;
+        const EACH: usize = 2 * RING;
+        let senders: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let outbox = Arc::clone(&outbox);
+                std::thread::spawn(move || {
+                    for n in 0..EACH {
+                        outbox.send((t, n)).unwrap();
+                    }
+                })
+            })
+            .collect();
+        let mut next = [0; THREADS];
+        let mut batch = Vec::new();
+        while next.iter().any(|&n| n < EACH) {
+            take_commands(&mut inbox, Waker::noop(), &mut batch, 7);
+            for (t, n) in batch.drain(..) {
+                assert_eq!(n, next[t], "thread {t}'s commands in order");
+                next[t] += 1;
+            }
+            std::thread::yield_now();
+        }
+        for sender in senders {
+            sender.join().unwrap();
+        }
+        drop(outbox);
+        assert_eq!(
+            take_commands(&mut inbox, Waker::noop(), &mut batch, 7),
+            Taken::Closed
+        );
     }
 
     #[test]
