@@ -186,6 +186,20 @@ impl Frames {
         }
     }
 
+    /// Takes off the lone frame of a queue that holds one: a pop off the buffer's end, where
+    /// [`Self::pop_front`]'s clear loops over the buffer to drop it.
+    #[inline(always)]
+    fn take_lone(&mut self) -> Frame {
+        debug_assert_eq!(self.len(), 1);
+        let frame = self.items.pop().expect("the lone frame");
+        if self.start != 0 {
+            // The places of frames taken off before it (their bytes freed already).
+            self.items.clear();
+            self.start = 0;
+        }
+        frame
+    }
+
     /// Drops the back frame.
     fn pop_back(&mut self) {
         if self.len() <= 1 {
@@ -342,6 +356,31 @@ impl Outbound {
         }
         self.handed = Some(total);
         total
+    }
+
+    /// [`Self::report_written`] in the usual case: the lone queued frame was handed out and
+    /// the kernel took all of it (all that was handed out). Returns the frame's request, its cost (released) and any
+    /// writability flip, as the report would (the request is the one `settle(id, true)` would
+    /// see); `None`, changing nothing, in any other case. Its few checks take the place of the
+    /// report's loop, accumulators and calls.
+    #[inline(always)]
+    pub(crate) fn report_lone_written(
+        &mut self,
+        n: usize,
+        low: u64,
+    ) -> Option<(RequestId, u64, Option<Flip>)> {
+        if self.handed != Some(n) || self.frames.len() != 1 {
+            return None;
+        }
+        let frame = self.frames.front()?;
+        if frame.dropped || !frame.handed_out || n < frame.bytes.len() - frame.written {
+            return None;
+        }
+        self.handed = None;
+        let Frame { id, cost, .. } = self.frames.take_lone();
+        self.front_seq += 1;
+        self.release(cost);
+        Some((id, cost, self.check_writable(low)))
     }
 
     /// Ends the hand-out after the kernel took `n` of its bytes. `settle(id, true)` sees each

@@ -250,6 +250,13 @@ impl Node {
         generation: u32,
         n: usize,
     ) -> Result<(), HandleError> {
+        if let Some((id, cost, flip)) = self
+            .outbound
+            .report_lone_written(n, sink.config.low_watermark)
+        {
+            self.written_lone(sink, generation, id, cost, flip);
+            return Ok(());
+        }
         let Some(handed) = self.outbound.handed() else {
             return if n == 0 {
                 Ok(())
@@ -306,6 +313,38 @@ impl Node {
         }
         self.after_request_change(sink);
         Ok(())
+    }
+
+    /// The rest of a write report that took the lone queued frame, all of it, off the queue
+    /// ([`Outbound::report_lone_written`](crate::outbound::Outbound::report_lone_written)):
+    /// what [`Node::written`] does after such a report, with no frame left behind it.
+    #[inline(always)]
+    fn written_lone(
+        &mut self,
+        sink: &mut Sink<'_>,
+        generation: u32,
+        id: RequestId,
+        cost: u64,
+        flip: Option<Flip>,
+    ) {
+        debug_assert!(
+            !self.outbound.has_live(),
+            "a frame left behind the lone one"
+        );
+        sink.pool.total_pending.release(cost);
+        sink.writability(self.id, flip, self.outbound.pending());
+        if let Some(r) = sink.pool.requests.get_mut(id) {
+            r.stage = Stage::Sent { conn: generation };
+            self.awaiting.push_back(id);
+            self.compact_awaiting(sink);
+        }
+        // Every byte handed out was taken: the write was not short.
+        if let Some(c) = self.conn.as_mut() {
+            c.blocked = false;
+        }
+        // No live frame left: nothing to compact, time or hand out.
+        self.disarm(sink, NodeTimer::WriteTimeout);
+        self.after_request_change(sink);
     }
 
     /// The socket can take bytes again after a short write.
