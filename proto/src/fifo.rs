@@ -85,6 +85,21 @@ impl<T> Fifo<T> {
         Some(item)
     }
 
+    /// Drops the front item, which the caller has just read: [`Self::pop_front`] without
+    /// the copy and the check that there is one. `#[inline(always)]`: a deadline's cancel,
+    /// inlined into a response, made `pop_front` a call.
+    #[inline(always)]
+    pub(crate) fn skip_front(&mut self) {
+        debug_assert!(!self.is_empty(), "nothing to skip");
+        self.start += 1;
+        if self.start == self.items.len() {
+            self.items.clear();
+            self.start = 0;
+        } else if self.start >= SLACK && self.start >= 3 * self.len() {
+            self.drop_read();
+        }
+    }
+
     pub(crate) fn pop_back(&mut self) -> Option<T> {
         if self.is_empty() {
             return None;

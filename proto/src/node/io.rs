@@ -27,8 +27,9 @@ impl Sink<'_> {
     }
 
     /// The event of `r` (request `id`), which ends now: its deadline stops. Inlined into a
-    /// response, as it was while the event queue's push was an out-of-line call.
-    #[inline]
+    /// response, as it was while the event queue's push was an out-of-line call (`#[inline]`
+    /// alone was not taken once the deadline's usual cancel was inlined into it).
+    #[inline(always)]
     fn request_done(&mut self, id: RequestId, r: &Request, outcome: Outcome, sent: Sent) {
         self.pool.timers.cancel_request(id);
         self.pool.events.push_back(Event::RequestDone {
