@@ -82,11 +82,19 @@ impl Node {
         self.schedule_probe(sink);
     }
 
-    /// Lifts a quarantine (if any) and clears the consecutive-failure counts.
+    /// Lifts a quarantine (if any) and clears the consecutive-failure counts. Inlined, the
+    /// usual case (no quarantine: every response asks) is one test; the rest is out of line.
+    #[inline(always)]
     pub(crate) fn readmit(&mut self, sink: &mut Sink<'_>, via: Readmission) {
-        if self.admission.quarantine.take().is_none() {
-            return;
+        if self.admission.quarantine.is_some() {
+            self.lift_quarantine(sink, via);
         }
+    }
+
+    /// The rest of [`Node::readmit`], for a quarantined node.
+    #[inline(never)]
+    fn lift_quarantine(&mut self, sink: &mut Sink<'_>, via: Readmission) {
+        self.admission.quarantine = None;
         self.failures = 0;
         self.timeouts = 0;
         self.disarm(sink, NodeTimer::Probe);

@@ -172,6 +172,8 @@ impl Node {
     }
 
     /// How much of the request's frame the kernel has accepted, from where it is.
+    /// (`#[inline(always)]`: a response inlined into the pool's report made it a call.)
+    #[inline(always)]
     pub(super) fn sent(&self, stage: Stage) -> Sent {
         match stage {
             Stage::Reserved => Sent::Nothing,
@@ -432,7 +434,25 @@ impl Node {
 
     /// A response to `id` arrived on the connection of generation `generation`. One for a
     /// request not in flight on that connection closes it as a protocol violation.
+    ///
+    /// Out of line: the reports other than the usual one call it here, while the usual one
+    /// (`Pool::report_response`) inlines [`Node::respond`] alone.
+    #[inline(never)]
     pub(crate) fn response(
+        &mut self,
+        sink: &mut Sink<'_>,
+        generation: u32,
+        id: RequestId,
+        payload: Bytes,
+    ) -> Result<(), HandleError> {
+        self.respond(sink, generation, id, payload)
+    }
+
+    /// [`Node::response`], inlined into the pool's usual response report: one function, with
+    /// one set of saved registers, and no call passing the sink and the payload through
+    /// memory.
+    #[inline(always)]
+    pub(crate) fn respond(
         &mut self,
         sink: &mut Sink<'_>,
         generation: u32,
@@ -484,7 +504,7 @@ impl Node {
         // Answered oldest first (the usual order), it leaves the awaited list at once instead
         // of waiting there for `compact_awaiting`.
         if self.awaiting.front() == Some(&id) {
-            self.awaiting.pop_front();
+            self.awaiting.skip_front();
         }
         self.requests -= 1;
         self.after_request_change(sink);

@@ -418,7 +418,10 @@ impl Node {
         }
     }
 
-    /// Stops `timer`, taking its entry out of the pool's heap.
+    /// Stops `timer`, taking its entry out of the pool's heap. (`#[inline(always)]`: a
+    /// response inlined into the pool's report made it a call; the heap's part is out of
+    /// line.)
+    #[inline(always)]
     fn disarm(&mut self, sink: &mut Sink<'_>, timer: NodeTimer) {
         if self.timers.get(timer).is_some() {
             self.timers.stop(timer);

@@ -187,7 +187,7 @@ impl Pool {
             .node_and_sink(now, conn.node)
             .ok_or(HandleError::StaleNode)?;
         let before = node.census();
-        let result = node.response(&mut sink, conn.generation, id, payload);
+        let result = node.respond(&mut sink, conn.generation, id, payload);
         if result.is_ok() {
             debug_assert_eq!(node.census(), before, "a response moved the census");
             debug_assert!(
