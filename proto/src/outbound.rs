@@ -536,6 +536,9 @@ impl Outbound {
         }
     }
 
+    /// Takes a live frame's `cost` out of the pending bytes. (`#[inline(always)]`: the usual
+    /// write report, inlined into the pool's, made it a call.)
+    #[inline(always)]
     fn release(&mut self, cost: u64) {
         self.pending.release(cost);
         self.live -= 1;

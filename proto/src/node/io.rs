@@ -41,8 +41,9 @@ impl Sink<'_> {
         });
     }
 
-    /// Announces a writability flip, if any. `#[inline]`: see [`Node::enqueue`].
-    #[inline]
+    /// Announces a writability flip, if any. `#[inline(always)]`: a submit's enqueue and a
+    /// write report inlined into the pool's made it a call otherwise.
+    #[inline(always)]
     fn writability(&mut self, node: crate::NodeId, flip: Option<Flip>, pending: u64) {
         if let Some(flip) = flip {
             self.pool.events.push_back(Event::Writability {
@@ -247,6 +248,11 @@ impl Node {
     /// `generation`. Completed frames await their responses; the rest go back to the queue
     /// (dropped now if their request ended and no byte went out). A short write blocks the
     /// connection until it is writable again.
+    ///
+    /// Inlined, with the usual report's whole path ([`Node::written_lone`]), into the pool's
+    /// report on a ready connection: one function saving one set of registers and no call
+    /// passing the sink through memory. Any other report goes out of line.
+    #[inline(always)]
     pub(crate) fn written(
         &mut self,
         sink: &mut Sink<'_>,
@@ -260,6 +266,17 @@ impl Node {
             self.written_lone(sink, generation, id, cost, flip);
             return Ok(());
         }
+        self.written_frames(sink, generation, n)
+    }
+
+    /// [`Node::written`] for any hand-out.
+    #[inline(never)]
+    fn written_frames(
+        &mut self,
+        sink: &mut Sink<'_>,
+        generation: u32,
+        n: usize,
+    ) -> Result<(), HandleError> {
         let Some(handed) = self.outbound.handed() else {
             return if n == 0 {
                 Ok(())
@@ -358,16 +375,24 @@ impl Node {
         self.schedule_transmit(sink);
     }
 
-    /// Keeps the list of awaited requests from outgrowing the live ones.
+    /// Keeps the list of awaited requests from outgrowing the live ones: inlined, the test;
+    /// out of line, the compaction.
+    #[inline(always)]
     fn compact_awaiting(&mut self, sink: &Sink<'_>) {
         if self.awaiting.len() > 2 * self.requests + 16 {
-            let requests = &sink.pool.requests;
-            self.awaiting.retain(|&a| {
-                requests
-                    .get(a)
-                    .is_some_and(|r| matches!(r.stage, Stage::Sent { .. }))
-            });
+            self.drop_answered(sink);
         }
+    }
+
+    /// Drops the awaited entries of requests answered or gone.
+    #[inline(never)]
+    fn drop_answered(&mut self, sink: &Sink<'_>) {
+        let requests = &sink.pool.requests;
+        self.awaiting.retain(|&a| {
+            requests
+                .get(a)
+                .is_some_and(|r| matches!(r.stage, Stage::Sent { .. }))
+        });
     }
 
     /// Arms the write timeout for the oldest unaccepted frame of a ready connection:
