@@ -39,14 +39,20 @@ pub(crate) struct Request {
     pub(crate) ended: bool,
 }
 
-/// A slot of the table. A freed slot keeps its last request's fields (`live` says it is free),
-/// so taking a request out moves nothing.
+/// A slot of the table. A freed slot keeps its last request's fields (its `key` says it is
+/// free), so taking a request out moves nothing.
 #[derive(Debug)]
 struct Slot {
-    generation: u32,
-    live: bool,
+    /// The id of the slot's request while it is live. Once it is freed, the id its next
+    /// request will have with the slot's bits flipped ([`FREED`]): an id's slot bits are its
+    /// slot's, so no id matches a free slot. A look-up compares one word with the id, where a
+    /// live flag and a generation took two tests.
+    key: u64,
     request: Request,
 }
+
+/// Flips the slot bits of a freed slot's key (see [`Slot::key`]).
+const FREED: u64 = 0xFFFF_FFFF;
 
 #[derive(Debug, Default)]
 pub(crate) struct Requests {
@@ -58,7 +64,7 @@ impl Requests {
     /// The id the next [`Requests::insert`] returns.
     pub(crate) fn next_id(&self) -> RequestId {
         match self.free.last() {
-            Some(&slot) => RequestId::new(slot, self.slots[slot as usize].generation),
+            Some(&slot) => RequestId(self.slots[slot as usize].key ^ FREED),
             None => RequestId::new(self.slots.len() as u32, 0),
         }
     }
@@ -70,36 +76,31 @@ impl Requests {
         if let Some(slot) = self.free.pop() {
             let entry = &mut self.slots[slot as usize];
             entry.request = request;
-            entry.live = true;
-            return RequestId::new(slot, entry.generation);
+            entry.key ^= FREED;
+            return RequestId(entry.key);
         }
-        let slot = self.slots.len() as u32;
-        self.slots.push(Slot {
-            generation: 0,
-            live: true,
-            request,
-        });
-        RequestId::new(slot, 0)
+        let id = RequestId::new(self.slots.len() as u32, 0);
+        self.slots.push(Slot { key: id.0, request });
+        id
     }
 
     pub(crate) fn get(&self, id: RequestId) -> Option<&Request> {
         let slot = self.slots.get(id.slot())?;
-        (slot.live && slot.generation == id.generation()).then_some(&slot.request)
+        (slot.key == id.0).then_some(&slot.request)
     }
 
     pub(crate) fn get_mut(&mut self, id: RequestId) -> Option<&mut Request> {
         let slot = self.slots.get_mut(id.slot())?;
-        (slot.live && slot.generation == id.generation()).then_some(&mut slot.request)
+        (slot.key == id.0).then_some(&mut slot.request)
     }
 
     /// Frees the slot of `id`; the id is never valid again.
     pub(crate) fn remove(&mut self, id: RequestId) -> Option<Request> {
         let slot = self.slots.get_mut(id.slot())?;
-        if !slot.live || slot.generation != id.generation() {
+        if slot.key != id.0 {
             return None;
         }
-        slot.live = false;
-        slot.generation = slot.generation.wrapping_add(1);
+        slot.key = Self::freed_key(id);
         self.free.push(id.slot() as u32);
         Some(slot.request)
     }
@@ -110,13 +111,16 @@ impl Requests {
     #[inline]
     pub(crate) fn free_found(&mut self, id: RequestId) {
         let slot = &mut self.slots[id.slot()];
-        debug_assert!(
-            slot.live && slot.generation == id.generation(),
-            "{id:?} is not live"
-        );
-        slot.live = false;
-        slot.generation = slot.generation.wrapping_add(1);
+        debug_assert_eq!(slot.key, id.0, "{id:?} is not live");
+        slot.key = Self::freed_key(id);
         self.free.push(id.slot() as u32);
+    }
+
+    /// The key of the slot of `id` once freed: the next id of the slot (a new generation),
+    /// marked free.
+    #[inline]
+    fn freed_key(id: RequestId) -> u64 {
+        RequestId::new(id.slot() as u32, id.generation().wrapping_add(1)).0 ^ FREED
     }
 
     /// Every live request, for invariant checks.
@@ -125,8 +129,8 @@ impl Requests {
         self.slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.live)
-            .map(|(i, s)| (RequestId::new(i as u32, s.generation), &s.request))
+            .filter(|(i, s)| RequestId(s.key).slot() == *i)
+            .map(|(_, s)| (RequestId(s.key), &s.request))
     }
 }
 
