@@ -499,8 +499,17 @@ impl TimerHeap {
     /// index holds it then (a node arms and stops its timers only through the index, and a
     /// fired entry is stopped in the table as it comes off), so the slot's entry needs no
     /// check that it is this node's, only a debug assertion ([`Self::cancel_node`] checks).
-    /// A write report stops the write timer this way on every request.
+    /// A write report stops the write timer this way on every request, inlined
+    /// ([`Self::cancel_armed_node_inline`]).
     pub(crate) fn cancel_armed_node(&mut self, node: NodeId, timer: NodeTimer) {
+        self.cancel_armed_node_inline(node, timer);
+    }
+
+    /// [`Self::cancel_armed_node`], inlined into the usual write report (the other callers
+    /// call it out of line: inlined everywhere, it made a submit call out for its write
+    /// timer).
+    #[inline(always)]
+    pub(crate) fn cancel_armed_node_inline(&mut self, node: NodeId, timer: NodeTimer) {
         let key = (node, timer);
         let cell = self.nodes.at[key.cell()];
         debug_assert!(

@@ -362,8 +362,14 @@ impl Node {
         if let Some(c) = self.conn.as_mut() {
             c.blocked = false;
         }
-        // No live frame left: nothing to compact, time or hand out.
-        self.disarm(sink, NodeTimer::WriteTimeout);
+        // No live frame left: nothing to compact, time or hand out. The write timer stops
+        // (as `disarm` stops it) with the index's part inlined too.
+        if self.timers.get(NodeTimer::WriteTimeout).is_some() {
+            self.timers.stop(NodeTimer::WriteTimeout);
+            sink.pool
+                .timers
+                .cancel_armed_node_inline(self.id, NodeTimer::WriteTimeout);
+        }
         self.after_request_change(sink);
     }
 
