@@ -196,6 +196,9 @@ pub(crate) struct Node {
     timeouts: u32,
     /// A connection should be opened as soon as the reconnect backoff allows.
     want_connection: bool,
+    /// Listed in the selection index's touched slots since the index last placed the node
+    /// ([`Node::touch`]): a touch then tests this byte where the index tested its own table.
+    listed: bool,
     timers: TimerTable,
 }
 
@@ -227,6 +230,7 @@ impl Node {
             failures: 0,
             timeouts: 0,
             want_connection: false,
+            listed: false,
             timers: TimerTable::default(),
         }
     }
@@ -321,6 +325,23 @@ impl Node {
             admitted: usize::from(admitted),
             healthy: usize::from(admitted && self.admission.quarantine.is_none()),
         }
+    }
+
+    /// Notes in the selection index that the node's placement may have changed, once until
+    /// the index next places it ([`Node::placed`]). Every input on a node touches it (three
+    /// times a request): the usual touch, of a node listed already, tests one byte of the
+    /// node at hand instead of the index's table (a bounds check and a load further).
+    #[inline(always)]
+    pub(crate) fn touch(&mut self, index: &mut crate::select::SelectIndex) {
+        if !self.listed {
+            self.listed = true;
+            index.touch(self.id.index);
+        }
+    }
+
+    /// The selection index placed the node (it is no longer listed as touched).
+    pub(crate) fn placed(&mut self) {
+        self.listed = false;
     }
 
     /// Whether the heap entry `(at, timer)` is still armed.

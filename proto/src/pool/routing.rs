@@ -68,12 +68,15 @@ impl Pool {
     /// The selection index, with every node an input touched placed anew and time moved on
     /// to `now`.
     pub(crate) fn select_index(&mut self, now: Instant) -> &SelectIndex {
-        let (nodes, rule) = (&self.nodes, self.config.selection);
+        let (nodes, rule) = (&mut self.nodes, self.config.selection);
         self.index.refresh(|slot| {
             nodes[slot as usize]
                 .node
-                .as_ref()
-                .map_or(Placement::OUT, |n| n.placement(now, rule))
+                .as_mut()
+                .map_or(Placement::OUT, |n| {
+                    n.placed();
+                    n.placement(now, rule)
+                })
         });
         self.index.advance(now);
         &self.index
@@ -120,7 +123,11 @@ impl Pool {
 
     /// The live node `id`, and a sink that lends it the pool's parts for one call.
     #[inline]
-    fn node_and_sink(&mut self, now: Instant, id: NodeId) -> Option<(&mut Node, Sink<'_>)> {
+    fn node_and_sink(
+        &mut self,
+        now: Instant,
+        id: NodeId,
+    ) -> Option<(&mut Node, Sink<'_>, &mut SelectIndex)> {
         let node = self
             .nodes
             .get_mut(id.index())
@@ -131,7 +138,7 @@ impl Pool {
             config: &self.config,
             pool: &mut self.shared,
         };
-        Some((node, sink))
+        Some((node, sink, &mut self.index))
     }
 
     /// Runs `f` on the node's machine with a sink borrowed from the pool and keeps the census
@@ -142,23 +149,22 @@ impl Pool {
         id: NodeId,
         f: impl FnOnce(&mut Node, &mut Sink<'_>) -> R,
     ) -> Result<(R, bool), HandleError> {
-        let (node, mut sink) = self.node_and_sink(now, id).ok_or(HandleError::StaleNode)?;
+        let (node, mut sink, index) = self.node_and_sink(now, id).ok_or(HandleError::StaleNode)?;
         let before = node.census();
         let result = f(node, &mut sink);
         let after = node.census();
-        Ok((result, self.recount(id, before, after)))
+        node.touch(index);
+        Ok((result, self.recount(before, after)))
     }
 
-    /// Moves node `id` in the census from `before` to `after` and in the selection index:
-    /// whether the census changed.
+    /// Moves a node in the census from `before` to `after`: whether the census changed.
     #[inline]
-    fn recount(&mut self, id: NodeId, before: Census, after: Census) -> bool {
+    fn recount(&mut self, before: Census, after: Census) -> bool {
         let census_changed = after != before;
         if census_changed {
             self.shared.census.remove(before);
             self.shared.census.add(after);
         }
-        self.index.touch(id.index);
         census_changed
     }
 
@@ -183,21 +189,21 @@ impl Pool {
             });
         }
         let now = self.clock.advance(now);
-        let (node, mut sink) = self
+        let (node, mut sink, index) = self
             .node_and_sink(now, conn.node)
             .ok_or(HandleError::StaleNode)?;
         let before = node.census();
         let result = node.respond(&mut sink, conn.generation, id, payload);
+        node.touch(index);
         if result.is_ok() {
             debug_assert_eq!(node.census(), before, "a response moved the census");
             debug_assert!(
                 self.shared.retry.is_empty(),
                 "a response handed back a retry"
             );
-            self.index.touch(conn.node.index);
         } else {
             let after = node.census();
-            self.after_failed_response(now, conn.node, before, after);
+            self.after_failed_response(now, before, after);
         }
         result
     }
@@ -206,9 +212,9 @@ impl Pool {
     /// line: the census moves from `before` to `after` (the node's own, before and after it).
     #[cold]
     #[inline(never)]
-    fn after_failed_response(&mut self, now: Instant, id: NodeId, before: Census, after: Census) {
+    fn after_failed_response(&mut self, now: Instant, before: Census, after: Census) {
         let census = self.shared.census;
-        let census_changed = self.recount(id, before, after);
+        let census_changed = self.recount(before, after);
         self.route_and_update_panic(now, census, census_changed);
     }
 
@@ -223,12 +229,12 @@ impl Pool {
         id: NodeId,
         f: impl FnOnce(&mut Node, &mut Sink<'_>) -> R,
     ) -> Result<R, HandleError> {
-        let (node, mut sink) = self.node_and_sink(now, id).ok_or(HandleError::StaleNode)?;
+        let (node, mut sink, index) = self.node_and_sink(now, id).ok_or(HandleError::StaleNode)?;
         let census = node.census();
         let result = f(node, &mut sink);
+        node.touch(index);
         debug_assert_eq!(node.census(), census, "the call moved the census");
         debug_assert!(self.shared.retry.is_empty(), "the call handed back a retry");
-        self.index.touch(id.index);
         Ok(result)
     }
 
