@@ -370,7 +370,20 @@ impl Node {
                 .timers
                 .cancel_armed_node_inline(self.id, NodeTimer::WriteTimeout);
         }
-        self.after_request_change(sink);
+        // Nothing `after_request_change` follows has changed (the node's requests and state,
+        // its connection and its heartbeat; a draining node's frame went on to await its
+        // response, which leaves it as drained as it was): the input that last changed any of
+        // them kept the idle and heartbeat timers in step, so the usual write report skips
+        // its look at them. Debug builds still look, and check that nothing moves.
+        #[cfg(debug_assertions)]
+        {
+            let (timers, state) = (self.timers, self.state);
+            self.after_request_change(sink);
+            debug_assert!(
+                self.timers == timers && self.state == state,
+                "a lone write moved the idle timers or the state"
+            );
+        }
     }
 
     /// The socket can take bytes again after a short write.
