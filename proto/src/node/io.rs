@@ -266,17 +266,22 @@ impl Node {
             self.written_lone(sink, generation, id, cost, flip);
             return Ok(());
         }
-        self.written_frames(sink, generation, n)
+        self.written_frames(sink.now, sink.config, sink.pool, generation, n)
     }
 
-    /// [`Node::written`] for any hand-out.
+    /// [`Node::written`] for any hand-out. It takes the sink's parts, not the sink, so that
+    /// the usual report, which inlines the rest, keeps them in registers: a sink lent out of
+    /// line has to be built in memory.
     #[inline(never)]
     fn written_frames(
         &mut self,
-        sink: &mut Sink<'_>,
+        now: crate::Instant,
+        config: &crate::config::Config,
+        pool: &mut super::Shared,
         generation: u32,
         n: usize,
     ) -> Result<(), HandleError> {
+        let sink = &mut Sink { now, config, pool };
         let Some(handed) = self.outbound.handed() else {
             return if n == 0 {
                 Ok(())
@@ -399,14 +404,14 @@ impl Node {
     #[inline(always)]
     fn compact_awaiting(&mut self, sink: &Sink<'_>) {
         if self.awaiting.len() > 2 * self.requests + 16 {
-            self.drop_answered(sink);
+            self.drop_answered(&sink.pool.requests);
         }
     }
 
-    /// Drops the awaited entries of requests answered or gone.
+    /// Drops the awaited entries of requests answered or gone. (It takes the request table,
+    /// not the sink: see [`Node::written_frames`].)
     #[inline(never)]
-    fn drop_answered(&mut self, sink: &Sink<'_>) {
-        let requests = &sink.pool.requests;
+    fn drop_answered(&mut self, requests: &crate::requests::Requests) {
         self.awaiting.retain(|&a| {
             requests
                 .get(a)
