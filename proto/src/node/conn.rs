@@ -4,12 +4,14 @@
 use alloc::vec::Vec;
 
 use super::table::Input;
-use super::{Conn, FinalFailure, Node, Retry, Sink};
+use super::{Conn, FinalFailure, Node, Retry, Shared, Sink};
+use crate::config::Config;
 use crate::event::{
     Action, CloseReason, Event, EvictReason, NodeState, Outcome, QuarantineCause, Readmission, Sent,
 };
 use crate::ids::RequestId;
 use crate::outbound::Frame;
+use crate::time::Instant;
 use crate::timers::NodeTimer;
 
 impl Node {
@@ -153,12 +155,14 @@ impl Node {
         {
             return;
         }
-        self.keep_idle_timers(sink);
+        self.keep_idle_timers(sink.now, sink.config, sink.pool);
     }
 
-    /// The slow path of [`Node::after_request_change`].
+    /// The slow path of [`Node::after_request_change`]. It takes the sink's parts, not the
+    /// sink: a sink lent out of line is built in memory by every caller, on the busy path too.
     #[inline(never)]
-    fn keep_idle_timers(&mut self, sink: &mut Sink<'_>) {
+    fn keep_idle_timers(&mut self, now: Instant, config: &Config, pool: &mut Shared) {
+        let sink = &mut Sink { now, config, pool };
         // With neither timer configured (the default), a ready connection whose last request
         // ended has nothing to arm, and the idle timer nothing to stop (never armed without a
         // timeout); only a drain has something left to do. Checked here, in a call with no

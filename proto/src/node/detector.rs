@@ -1,9 +1,10 @@
 //! The failure detector's part of a node: quarantine after consecutive failures, probes on
 //! fresh connections at `probe_backoff · 2^k`, and readmission.
 
-use super::{Node, Quarantine, Sink};
-use crate::config::AfterLastProbe;
+use super::{Node, Quarantine, Shared, Sink};
+use crate::config::{AfterLastProbe, Config};
 use crate::event::{CloseReason, Event, QuarantineCause, Readmission};
+use crate::time::Instant;
 use crate::timers::NodeTimer;
 
 impl Node {
@@ -87,13 +88,22 @@ impl Node {
     #[inline(always)]
     pub(crate) fn readmit(&mut self, sink: &mut Sink<'_>, via: Readmission) {
         if self.admission.quarantine.is_some() {
-            self.lift_quarantine(sink, via);
+            self.lift_quarantine(sink.now, sink.config, sink.pool, via);
         }
     }
 
-    /// The rest of [`Node::readmit`], for a quarantined node.
+    /// The rest of [`Node::readmit`], for a quarantined node. It takes the sink's parts, not
+    /// the sink: a sink lent out of line is built in memory by every caller, on its usual
+    /// path too.
     #[inline(never)]
-    fn lift_quarantine(&mut self, sink: &mut Sink<'_>, via: Readmission) {
+    fn lift_quarantine(
+        &mut self,
+        now: Instant,
+        config: &Config,
+        pool: &mut Shared,
+        via: Readmission,
+    ) {
+        let sink = &mut Sink { now, config, pool };
         self.admission.quarantine = None;
         self.failures = 0;
         self.timeouts = 0;

@@ -14,10 +14,12 @@ use core::time::Duration;
 
 use bytes::Bytes;
 
-use super::{Conn, Node, Sink};
+use super::{Conn, Node, Shared, Sink};
+use crate::config::Config;
 use crate::event::{Action, CloseReason, HandleError};
 use crate::ids::RequestId;
 use crate::requests::{Request, Stage};
+use crate::time::Instant;
 use crate::timers::NodeTimer;
 
 impl Node {
@@ -98,7 +100,18 @@ impl Node {
 
     /// The ping's response arrived: consumed, and the connection's idle clock restarts. An
     /// answer proves the connection works, so the consecutive connection failures reset.
-    pub(super) fn heartbeat_answered(&mut self, sink: &mut Sink<'_>, id: RequestId) {
+    ///
+    /// It takes the sink's parts, not the sink: a response's usual path, which calls it out
+    /// of line, would build a sink in memory for it.
+    #[inline(never)]
+    pub(super) fn heartbeat_answered(
+        &mut self,
+        now: Instant,
+        config: &Config,
+        pool: &mut Shared,
+        id: RequestId,
+    ) {
+        let sink = &mut Sink { now, config, pool };
         sink.pool.requests.remove(id);
         if let Some(c) = self.conn.as_mut().filter(|c| c.heartbeat == Some(id)) {
             c.heartbeat = None;

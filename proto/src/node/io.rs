@@ -3,13 +3,15 @@
 
 use bytes::Bytes;
 
-use super::{Node, Sink};
+use super::{Node, Shared, Sink};
+use crate::config::Config;
 use crate::event::{
     CloseReason, Event, HandleError, Outcome, Phase, QuarantineCause, Readmission, Sent, Violation,
 };
 use crate::ids::{ConnId, RequestId};
 use crate::outbound::{Flip, Frame};
 use crate::requests::{Request, Stage};
+use crate::time::Instant;
 use crate::timers::NodeTimer;
 
 impl Sink<'_> {
@@ -73,7 +75,7 @@ impl Node {
     pub(crate) fn enqueue(
         &mut self,
         sink: &mut Sink<'_>,
-        deadline: crate::Instant,
+        deadline: Instant,
         frame: Bytes,
         cost: u64,
         pinned: bool,
@@ -275,9 +277,9 @@ impl Node {
     #[inline(never)]
     fn written_frames(
         &mut self,
-        now: crate::Instant,
-        config: &crate::config::Config,
-        pool: &mut super::Shared,
+        now: Instant,
+        config: &Config,
+        pool: &mut Shared,
         generation: u32,
         n: usize,
     ) -> Result<(), HandleError> {
@@ -431,7 +433,7 @@ impl Node {
     /// Arms the write timeout for the oldest unaccepted frame, queued at `enqueued_at`, if the
     /// connection is ready (else stops it).
     #[inline]
-    fn arm_write_timer_from(&mut self, sink: &mut Sink<'_>, enqueued_at: crate::Instant) {
+    fn arm_write_timer_from(&mut self, sink: &mut Sink<'_>, enqueued_at: Instant) {
         match self.write_due(sink, enqueued_at) {
             Some(at) => self.arm(sink, NodeTimer::WriteTimeout, at),
             None => self.disarm(sink, NodeTimer::WriteTimeout),
@@ -467,7 +469,7 @@ impl Node {
     /// `max(enqueued, ready) + write_timeout`, one nanosecond past it; `None` if the
     /// connection is not ready or there is no write timeout.
     #[inline(always)]
-    fn write_due(&self, sink: &Sink<'_>, enqueued_at: crate::Instant) -> Option<crate::Instant> {
+    fn write_due(&self, sink: &Sink<'_>, enqueued_at: Instant) -> Option<Instant> {
         let ready_at = self.conn.and_then(|c| c.ready_at)?;
         let limit = sink.pool.write_timeout?;
         Some(enqueued_at.max(ready_at).expiry_after_nanos(limit))
@@ -523,9 +525,7 @@ impl Node {
             })
             .copied();
         let Some(r) = found else {
-            sink.pool.counters.protocol_violations += 1;
-            let violation = Violation::UnknownRequest(id);
-            self.close(sink, CloseReason::Protocol(violation), true);
+            self.unknown_response(sink.now, sink.config, sink.pool, id);
             return Err(HandleError::UnknownRequest);
         };
         if let Some(c) = self.conn.as_mut() {
@@ -533,7 +533,7 @@ impl Node {
             self.disarm(sink, NodeTimer::Frame);
         }
         if r.heartbeat {
-            self.heartbeat_answered(sink, id);
+            self.heartbeat_answered(sink.now, sink.config, sink.pool, id);
             return Ok(());
         }
         // Nothing more can arrive for it: its slot goes now, its event (if it has not ended
@@ -558,6 +558,24 @@ impl Node {
         self.requests -= 1;
         self.after_request_change(sink);
         Ok(())
+    }
+
+    /// A response to `id`, not in flight on the connection, closes it as a protocol
+    /// violation. Out of line, and it takes the sink's parts, not the sink: a sink lent out of
+    /// line is built in memory by the caller, on its usual path too.
+    #[cold]
+    #[inline(never)]
+    fn unknown_response(
+        &mut self,
+        now: Instant,
+        config: &Config,
+        pool: &mut Shared,
+        id: RequestId,
+    ) {
+        let sink = &mut Sink { now, config, pool };
+        sink.pool.counters.protocol_violations += 1;
+        let violation = Violation::UnknownRequest(id);
+        self.close(sink, CloseReason::Protocol(violation), true);
     }
 
     /// A response arrived on `conn` for an in-order protocol: it answers the oldest request
