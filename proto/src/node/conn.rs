@@ -29,6 +29,21 @@ impl Node {
         let Some(reconnect_at) = self.reconnect_at() else {
             return;
         };
+        self.connect_at(sink.now, sink.config, sink.pool, reconnect_at);
+    }
+
+    /// The rest of [`Node::demand_connection`], for a node between connections, which may
+    /// open one at `reconnect_at`. Out of line, and it takes the sink's parts, not the sink:
+    /// a sink lent out of line is built in memory by the caller, on its usual path too.
+    #[inline(never)]
+    fn connect_at(
+        &mut self,
+        now: Instant,
+        config: &Config,
+        pool: &mut Shared,
+        reconnect_at: Instant,
+    ) {
+        let sink = &mut Sink { now, config, pool };
         if sink.now >= reconnect_at {
             self.open(sink, false);
         } else {
