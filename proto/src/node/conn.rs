@@ -177,19 +177,18 @@ impl Node {
     /// sink: a sink lent out of line is built in memory by every caller, on the busy path too.
     #[inline(never)]
     fn keep_idle_timers(&mut self, now: Instant, config: &Config, pool: &mut Shared) {
-        let sink = &mut Sink { now, config, pool };
         // With neither timer configured (the default), a ready connection whose last request
         // ended has nothing to arm, and the idle timer nothing to stop (never armed without a
         // timeout); only a drain has something left to do. Checked here, in a call with no
-        // register to save, not inline on the busy path (which grew) nor in the rest.
-        if self.state != NodeState::Closing
-            && sink.config.idle_timeout.is_zero()
-            && sink.config.heartbeat.is_none()
+        // register to save, not inline on the busy path (which grew) nor in the rest; one
+        // flag set from the config once says whether either timer is configured.
+        if !pool.idle_timers
+            && self.state != NodeState::Closing
             && self.timers.get(NodeTimer::Idle).is_none()
         {
             return;
         }
-        self.update_idle_timers(sink);
+        self.update_idle_timers(&mut Sink { now, config, pool });
     }
 
     /// The rest of [`Node::keep_idle_timers`].

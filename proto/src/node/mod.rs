@@ -68,6 +68,10 @@ pub(crate) struct Shared {
     /// [`Config::write_timeout`] in nanoseconds, `None` when zero (no write timeout):
     /// converted once, not on every request's write timer.
     pub(crate) write_timeout: Option<u64>,
+    /// [`Config::idle_timeout`] or [`Config::heartbeat`] is set: a ready connection that
+    /// holds no request has a timer to arm. Without either (the default), a request's end
+    /// has nothing to look at but a drain (see `Node::after_request_change`).
+    pub(crate) idle_timers: bool,
     /// Admitted and healthy nodes, kept up to date by the pool after every node's input (for
     /// the panic threshold): a node's machine reads them as they were before its input.
     pub(crate) census: Census,

@@ -158,6 +158,7 @@ impl Pool {
                 total_pending: ByteCount::default(),
                 write_timeout: (!config.write_timeout.is_zero())
                     .then(|| (Instant::ZERO + config.write_timeout).as_nanos()),
+                idle_timers: !config.idle_timeout.is_zero() || config.heartbeat.is_some(),
                 census: Census::default(),
                 panic: false,
                 shut_down: false,
