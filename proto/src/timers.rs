@@ -528,15 +528,19 @@ impl TimerHeap {
     /// of line.
     #[inline(always)]
     pub(crate) fn cancel_request(&mut self, id: RequestId) {
-        let Some(cell) = self.requests.cell_of(id) else {
-            return;
-        };
         // The usual cases first, ending what comes off in O(1) with only live entries behind
-        // it: the lane's front or the early stack's top.
-        if cell == IN_LANE | self.lane_head
-            && self.lane.front().is_some_and(|&(_, front)| front == id)
+        // it: the lane's front or the early stack's top. A live entry of `id` (the whole id,
+        // its generation too) is the one its slot's cell records, so the cell needs no
+        // reading: the lane's front has `IN_LANE | lane_head`, the stack's top
+        // `IN_EARLY | (len - 1)` (debug builds check).
+        if self.lane.front().is_some_and(|&(_, front)| front == id)
             && self.lane.len() == self.lane_live
         {
+            debug_assert_eq!(
+                self.requests.cell_of(id),
+                Some(IN_LANE | self.lane_head),
+                "the lane's front is {id:?}'s entry but its cell says otherwise"
+            );
             self.requests.at[id.slot()] = ABSENT;
             self.lane_live -= 1;
             self.lane.skip_front();
@@ -548,9 +552,13 @@ impl TimerHeap {
             return;
         }
         if self.early.last().is_some_and(|&(_, top)| top == id)
-            && cell == IN_EARLY | (self.early.len() - 1) as u64
             && self.early.len() == self.early_live
         {
+            debug_assert_eq!(
+                self.requests.cell_of(id),
+                Some(IN_EARLY | (self.early.len() - 1) as u64),
+                "the early stack's top is {id:?}'s entry but its cell says otherwise"
+            );
             self.requests.at[id.slot()] = ABSENT;
             self.early_live -= 1;
             self.early.pop();
@@ -560,17 +568,17 @@ impl TimerHeap {
             );
             return;
         }
-        self.cancel_request_elsewhere(id, cell);
+        self.cancel_request_elsewhere(id);
     }
 
-    /// The rest of [`Self::cancel_request`], with the cell of `id`'s slot: an entry in the
-    /// middle of the lane or the early stack, or in the request heap.
+    /// The rest of [`Self::cancel_request`]: an entry in the middle of the lane or the early
+    /// stack, or in the request heap, found by the cell of `id`'s slot.
     #[inline(never)]
-    fn cancel_request_elsewhere(&mut self, id: RequestId, cell: u64) {
+    fn cancel_request_elsewhere(&mut self, id: RequestId) {
         // Checked first: `ABSENT` has the lane bit set too.
-        if cell == ABSENT {
+        let Some(cell) = self.requests.cell_of(id).filter(|&c| c != ABSENT) else {
             return;
-        }
+        };
         if cell & IN_LANE != 0 {
             let k = self.lane_index(cell);
             if self.lane[k].1 == id {
