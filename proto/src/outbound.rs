@@ -372,10 +372,15 @@ impl Outbound {
         if self.handed != Some(n) || self.frames.len() != 1 {
             return None;
         }
-        let frame = self.frames.front()?;
-        if frame.dropped || !frame.handed_out || n < frame.bytes.len() - frame.written {
-            return None;
-        }
+        // A hand-out takes at least one live frame, and until its report nothing but a close
+        // or an eviction (which forget it) takes a handed-out frame off or drops it: the lone
+        // frame is the one handed out, whole, and all of it was written.
+        debug_assert!(
+            self.frames
+                .front()
+                .is_some_and(|f| !f.dropped && f.handed_out && n == f.bytes.len() - f.written),
+            "the lone frame is not the hand-out"
+        );
         self.handed = None;
         let Frame { id, cost, .. } = self.frames.take_lone();
         self.front_seq += 1;
