@@ -44,7 +44,7 @@ use crate::ready::{Readiness, TargetState};
 use crate::resolve::Resolver;
 use crate::runtime::{BoxFuture, IoStream, Runtime, Timer};
 use crate::socket::OptionReport;
-use crate::sync::{Hub, Inbox, Outbox, ReplySender, Taken, answer, command_queue, take_commands};
+use crate::sync::{Hub, Inbox, Outbox, ReplySender, answer, command_queue};
 use crate::telemetry::Telemetry;
 
 // Child modules (not siblings) so that the driver's fields stay private to the driver.
@@ -107,10 +107,9 @@ pub(crate) enum NodeOp {
 const FRAME_HEADROOM: usize = 64;
 /// Rounds of work in one poll before the driver yields to other tasks.
 const ROUNDS_PER_POLL: usize = 32;
-/// Commands taken from the queue at a time.
-const COMMAND_BATCH: usize = 256;
-/// Batches of commands in one round, at most.
-const COMMAND_BATCHES: usize = 4;
+/// Commands run in one round, at most (four batches of 256, when they were taken in
+/// batches): the rest wait for the next round.
+const COMMANDS_PER_ROUND: usize = 1024;
 /// Bytes read from a socket at a time, at most: a large chunk's worth
 /// ([`chunks::LARGE_CHUNK`]).
 const READ_CHUNK: usize = chunks::LARGE_CHUNK;
@@ -145,7 +144,6 @@ pub(crate) struct Driver {
     resolver: Arc<dyn Resolver>,
     conns: ConnTable<Conn>,
     waiting: Waiters<Waiting>,
-    commands: Vec<Command>,
     timer: Option<Armed>,
     read_buf: Box<[u8]>,
     writes: WriteBufs,
@@ -161,9 +159,6 @@ pub(crate) struct Driver {
     follow_up: FollowUp,
     /// What the connections' read wakers share with the driver ([`wake`]).
     wakeups: Arc<Wakeups>,
-    /// The inbox's waker ([`Wakeups`] itself: it marks the inbox and wakes the task), for
-    /// asking the inbox for commands.
-    inbox_waker: Waker,
     /// The timer's waker ([`TimerWake`]: it marks the timer and wakes the task), for polling
     /// the timer.
     timer_waker: Waker,
@@ -274,7 +269,6 @@ impl Driver {
             resolver,
             conns: ConnTable::default(),
             waiting: Waiters::default(),
-            commands: Vec::new(),
             timer: None,
             read_buf: vec![0; READ_CHUNK].into_boxed_slice(),
             writes: WriteBufs::default(),
@@ -284,7 +278,6 @@ impl Driver {
             stopping: false,
             answered: 0,
             follow_up: FollowUp::default(),
-            inbox_waker: Waker::from(Arc::clone(&wakeups)),
             timer_waker: TimerWake::waker(&wakeups),
             wakeups,
             paused: Vec::new(),
@@ -378,37 +371,29 @@ impl Driver {
     }
 
     /// If the inbox woke the driver (or the last round left commands in it): runs the queued
-    /// commands, in batches, until the inbox is empty (a command queued after that wakes the
-    /// driver again: the [`Outbox`] does it for every command) or [`COMMAND_BATCHES`] batches
-    /// ran (then the rest waits for the next round). A round that a socket or the timer woke
+    /// commands, one by one, until the inbox is empty (a command queued after that wakes the
+    /// driver again: the [`Outbox`] does it for every command) or [`COMMANDS_PER_ROUND`] ran
+    /// (then the rest waits for the next round). A round that a socket or the timer woke
     /// leaves the inbox alone.
     fn take_commands(&mut self) {
         if !self.wakeups.take_inbox() {
             return;
         }
-        for _ in 0..COMMAND_BATCHES {
-            let mut commands = std::mem::take(&mut self.commands);
-            let taken = take_commands(
-                &mut self.inbox,
-                &self.inbox_waker,
-                &mut commands,
-                COMMAND_BATCH,
-            );
-            for command in commands.drain(..) {
-                self.execute(command);
-                self.settle();
-            }
-            self.commands = commands;
-            match taken {
-                Taken::Limit => {}
-                Taken::Empty => return,
-                Taken::Closed => {
+        // Read before the queue: see `Inbox::orphaned`.
+        let orphaned = self.inbox.orphaned();
+        // One at a time, straight off the queue: staging them in a vector first cost a
+        // command's move in and out and the vector's push and drain.
+        for _ in 0..COMMANDS_PER_ROUND {
+            let Some(command) = self.inbox.next() else {
+                if self.inbox.closed(orphaned) {
                     // Every client is gone without a word (each one's drop queues a shutdown,
                     // so this is only a safety net): stop.
                     self.stopping = true;
-                    return;
                 }
-            }
+                return;
+            };
+            self.execute(command);
+            self.settle();
         }
         self.wakeups.mark_inbox();
         self.follow_up.commands = true;
@@ -423,6 +408,17 @@ impl Driver {
                 timeout,
                 reply,
             } => self.submit(now, target, &payload, timeout, reply),
+            other => self.execute_other(now, other),
+        }
+    }
+
+    /// [`execute`](Self::execute) for every command but a send: out of line, so that the
+    /// round's loop over the commands inlines a send's path whole (with the rare commands in
+    /// it, it called out to a few of the send's steps).
+    #[inline(never)]
+    fn execute_other(&mut self, now: Instant, command: Command) {
+        match command {
+            Command::Send { .. } => unreachable!("a send is executed inline"),
             Command::Abandon(id) => {
                 // Already ended (answered meanwhile, or its slot reused by a newer request:
                 // the generation differs) is fine: nothing to cancel.
@@ -765,7 +761,6 @@ impl Driver {
         // Dropping the leftover commands drops their replies: callers read `Shutdown`.
         self.inbox.close();
         self.inbox.clear();
-        self.commands.clear();
         self.readiness.stop();
         self.telemetry.finish(&self.pool);
         // Every subscription ends once read, and a later one at once.

@@ -79,18 +79,15 @@ impl<C> Queue<C> {
         Ok(())
     }
 
-    /// Takes up to `limit` commands off the overflow list into `out`; whether it is empty now.
+    /// Takes every command off the overflow list into `out`, behind those it holds.
     #[cold]
-    fn take_overflow(&self, out: &mut Vec<C>, limit: usize) -> bool {
+    #[inline(never)]
+    fn take_overflow(&self, out: &mut VecDeque<C>) {
         let mut overflow = self.overflow();
-        let n = overflow.len().min(limit);
-        out.extend(overflow.drain(..n));
-        if overflow.is_empty() {
-            // Under the lock: a command queued after this goes to the ring again.
-            self.overflowing.store(false, Ordering::Release);
-            return true;
-        }
-        false
+        out.append(&mut overflow);
+        // Under the lock: a command queued after this goes to the ring again, and comes after
+        // these.
+        self.overflowing.store(false, Ordering::Release);
     }
 }
 
@@ -98,6 +95,9 @@ impl<C> Queue<C> {
 #[derive(Debug)]
 pub(crate) struct Inbox<C> {
     queue: Arc<Queue<C>>,
+    /// Commands taken off the overflow list, next in queue order: the ring's commands queued
+    /// after the list was taken are newer.
+    staged: VecDeque<C>,
 }
 
 impl<C> Inbox<C> {
@@ -108,9 +108,44 @@ impl<C> Inbox<C> {
 
     /// Drops every command queued (a dropped reply wakes its caller).
     pub(crate) fn clear(&mut self) {
+        self.staged.clear();
         while self.queue.ring.pop().is_ok() {}
         let dropped = std::mem::take(&mut *self.queue.overflow());
         drop(dropped);
+    }
+
+    /// Whether the outbox is gone, read before a take's first [`next`](Self::next): once it
+    /// is, every command it queued is in the queue by then, and the take finds them all
+    /// before [`closed`](Self::closed) says the queue is closed.
+    #[inline]
+    pub(crate) fn orphaned(&self) -> bool {
+        self.queue.orphaned.load(Ordering::Acquire)
+    }
+
+    /// The oldest command queued, if any, taken one at a time: none is moved into a batch and
+    /// out again. `None` when the queue is empty: a command queued from now on wakes the
+    /// driver (the [`Outbox`] does it for every command).
+    #[inline]
+    pub(crate) fn next(&mut self) -> Option<C> {
+        if !self.staged.is_empty() {
+            return self.staged.pop_front();
+        }
+        match self.queue.ring.pop() {
+            Ok(command) => Some(command),
+            // The ring is empty: the overflow list's commands come after its.
+            Err(_) if self.queue.overflowing.load(Ordering::Acquire) => {
+                self.queue.take_overflow(&mut self.staged);
+                self.staged.pop_front()
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// After [`next`](Self::next) found the queue empty: whether it is closed for good (the
+    /// outbox was gone when the take began, or the driver closed the inbox) rather than
+    /// empty for now.
+    pub(crate) fn closed(&self, orphaned: bool) -> bool {
+        orphaned || self.queue.ring.is_closed()
     }
 
     /// The oldest command queued, if any.
@@ -192,11 +227,13 @@ pub(crate) fn command_queue<C>(wake: Waker) -> (Outbox<C>, Inbox<C>) {
     });
     let inbox = Inbox {
         queue: Arc::clone(&queue),
+        staged: VecDeque::new(),
     };
     (Outbox { queue, wake }, inbox)
 }
 
 /// What [`take_commands`] found after the commands it took.
+#[cfg(test)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Taken {
     /// The queue is empty: a command queued from now on wakes the driver.
@@ -207,32 +244,23 @@ pub(crate) enum Taken {
     Closed,
 }
 
-/// Takes up to `limit` queued commands into `out`, oldest first. A command queued after this
-/// wakes the driver (the [`Outbox`] does it for every command), so the queue needs no waker
-/// of its own; `_waker` is the inbox's, kept for a queue that would.
+/// Takes up to `limit` queued commands into `out`, oldest first: the driver's take
+/// ([`Inbox::next`] until the queue is empty) as a batch, for the tests. A command queued
+/// after this wakes the driver (the [`Outbox`] does it for every command), so the queue needs
+/// no waker of its own; `_waker` is the inbox's, kept for a queue that would.
+#[cfg(test)]
 pub(crate) fn take_commands<C>(
     inbox: &mut Inbox<C>,
     _waker: &Waker,
     out: &mut Vec<C>,
     limit: usize,
 ) -> Taken {
-    let queue = &inbox.queue;
-    // Read before the queue: once the outbox is gone, every command it queued is in the queue
-    // by then, and found below.
-    let orphaned = queue.orphaned.load(Ordering::Acquire);
-    for taken in 0..limit {
-        match queue.ring.pop() {
-            Ok(command) => out.push(command),
-            // The ring is empty: the overflow list's commands come after its.
-            Err(_) => {
-                let emptied = !queue.overflowing.load(Ordering::Acquire)
-                    || queue.take_overflow(out, limit - taken);
-                return match emptied {
-                    false => Taken::Limit,
-                    true if orphaned || queue.ring.is_closed() => Taken::Closed,
-                    true => Taken::Empty,
-                };
-            }
+    let orphaned = inbox.orphaned();
+    for _ in 0..limit {
+        match inbox.next() {
+            Some(command) => out.push(command),
+            None if inbox.closed(orphaned) => return Taken::Closed,
+            None => return Taken::Empty,
         }
     }
     Taken::Limit
