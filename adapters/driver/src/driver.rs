@@ -343,24 +343,52 @@ impl Driver {
             self.perform(self.now(), &action);
         }
         while let Some(event) = self.pool.poll_event() {
-            self.telemetry.event(&event);
             match event {
+                // The usual case, taken apart at once: the event's address is never taken.
                 Event::RequestDone {
                     id,
+                    node,
                     outcome,
                     sent,
                     retried,
                     ..
-                } => {
-                    if let Some(waiting) = self.waiting.remove(id) {
-                        let responded = matches!(outcome, Outcome::Response(_));
-                        answer(waiting.reply, result_of(outcome, sent, retried));
-                        self.answered += 1;
-                        self.forget_id(id, waiting.protocol_id, responded);
-                    }
+                } if !self.telemetry.traces_requests() => {
+                    self.telemetry.request_done(node);
+                    self.request_done(id, outcome, sent, retried);
                 }
-                other => self.hub.publish(ClientEvent::Pool(other)),
+                event => self.told_event(event),
             }
+        }
+    }
+
+    /// [`settle_output`](Self::settle_output) for an event told whole to telemetry: any but a
+    /// request's end, or that too when it is traced.
+    #[cold]
+    #[inline(never)]
+    fn told_event(&mut self, event: Event) {
+        self.telemetry.event(&event);
+        match event {
+            Event::RequestDone {
+                id,
+                outcome,
+                sent,
+                retried,
+                ..
+            } => self.request_done(id, outcome, sent, retried),
+            other => self.hub.publish(ClientEvent::Pool(other)),
+        }
+    }
+
+    /// Answers the caller of a request that ended, if it still waits. Inlined into the
+    /// usual case, although [`told_event`](Self::told_event) calls it too: out of line, its
+    /// call cost more than the copy of the event the usual case saves.
+    #[inline(always)]
+    fn request_done(&mut self, id: RequestId, outcome: Outcome, sent: Sent, retried: bool) {
+        if let Some(waiting) = self.waiting.remove(id) {
+            let responded = matches!(outcome, Outcome::Response(_));
+            answer(waiting.reply, result_of(outcome, sent, retried));
+            self.answered += 1;
+            self.forget_id(id, waiting.protocol_id, responded);
         }
     }
 

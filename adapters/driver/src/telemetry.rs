@@ -60,6 +60,28 @@ impl Telemetry {
         self.trace.action(action);
     }
 
+    /// Whether a request's end is told as the whole event ([`event`](Self::event)): only
+    /// when a subscriber wants `keepwire`'s TRACE events. Otherwise
+    /// [`request_done`](Self::request_done) says it with the node alone, and the driver never
+    /// takes the event's address (which costs a copy of it per request).
+    #[inline]
+    pub(crate) fn traces_requests(&self) -> bool {
+        #[cfg(feature = "tracing")]
+        return tracing::enabled!(target: "keepwire", tracing::Level::TRACE);
+        #[cfg(not(feature = "tracing"))]
+        false
+    }
+
+    /// A request on `node` ended (its [`Event::RequestDone`], when
+    /// [`traces_requests`](Self::traces_requests) is `false`): what [`event`](Self::event)
+    /// does for it then.
+    #[inline]
+    pub(crate) fn request_done(&mut self, node: NodeId) {
+        let _ = node;
+        #[cfg(feature = "metrics")]
+        self.meter.touched(node);
+    }
+
     /// The pool announced `event`.
     #[inline]
     pub(crate) fn event(&mut self, event: &Event) {
