@@ -353,7 +353,7 @@ impl Client {
         let command = Command::Send {
             target,
             payload: payload.into(),
-            timeout,
+            timeout: nanos_of(timeout),
             reply,
         };
         if self.handle.push(command).is_err() {
@@ -521,6 +521,16 @@ fn entropy_seed() -> u64 {
     std::collections::hash_map::RandomState::new().hash_one(DRAWS.fetch_add(1, Ordering::Relaxed))
 }
 
+/// `timeout` in nanoseconds, saturated at `u64::MAX`: what `Instant` adds for it (in 64-bit
+/// steps, where the `u128` of `Duration::as_nanos` cost a few more instructions per send).
+fn nanos_of(timeout: Duration) -> u64 {
+    timeout
+        .as_secs()
+        .checked_mul(1_000_000_000)
+        .and_then(|nanos| nanos.checked_add(u64::from(timeout.subsec_nanos())))
+        .unwrap_or(u64::MAX)
+}
+
 /// Cancels the request if the caller stops waiting before the response: sends the id of the
 /// request the driver bound to the reply back to it (before the bind, the closed reply tells
 /// the driver instead).
@@ -657,5 +667,28 @@ fn into_event(next: Next<ClientEvent>) -> Option<ClientEvent> {
         Next::Event(event) => Some(event),
         Next::Missed(n) => Some(ClientEvent::Missed(n)),
         Next::Closed => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_in_nanoseconds_saturates_as_duration_as_nanos_would() {
+        let cases = [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::from_millis(1_500),
+            Duration::from_nanos(u64::MAX),
+            Duration::from_nanos(u64::MAX) + Duration::from_nanos(1),
+            Duration::new(u64::MAX / 1_000_000_000, 999_999_999),
+            Duration::from_secs(u64::MAX / 1_000_000_000 + 1),
+            Duration::MAX,
+        ];
+        for timeout in cases {
+            let expected = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+            assert_eq!(nanos_of(timeout), expected, "{timeout:?}");
+        }
     }
 }
