@@ -389,7 +389,12 @@ impl Driver {
     fn request_done(&mut self, id: RequestId, outcome: Outcome, sent: Sent, retried: bool) {
         if let Some(waiting) = self.waiting.remove(id) {
             let responded = matches!(outcome, Outcome::Response(_));
-            answer(waiting.reply, result_of(outcome, sent, retried));
+            // A response, the usual end, without the match over every other.
+            let result = match outcome {
+                Outcome::Response(payload) => Ok(payload),
+                other => result_of(other, sent, retried),
+            };
+            answer(waiting.reply, result);
             self.answered += 1;
             self.forget_id(id, waiting.protocol_id, responded);
         }
@@ -934,6 +939,8 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 
 /// The caller's result for a request that ended: the response, or the error that says how it
 /// ended, how much of it reached the kernel and whether it had been retried.
+#[cold]
+#[inline(never)]
 fn result_of(outcome: Outcome, sent: Sent, retried: bool) -> Result<Bytes, SendError> {
     Err(match outcome {
         Outcome::Response(payload) => return Ok(payload),
