@@ -420,37 +420,40 @@ impl Driver {
         // One at a time, straight off the queue: staging them in a vector first cost a
         // command's move in and out and the vector's push and drain.
         for _ in 0..COMMANDS_PER_ROUND {
-            let Some(command) = self.inbox.next() else {
-                if self.inbox.closed(orphaned) {
-                    // Every client is gone without a word (each one's drop queues a shutdown,
-                    // so this is only a safety net): stop.
-                    self.stopping = true;
+            // A send is taken apart as it comes off the queue, its fields read where the pop
+            // put them rather than from a copy of the command.
+            match self.inbox.next() {
+                Some(Command::Send {
+                    target,
+                    payload,
+                    timeout,
+                    reply,
+                }) => {
+                    let now = self.now();
+                    self.submit(now, target, &payload, timeout, reply);
                 }
-                return;
-            };
-            self.execute(command);
+                Some(other) => {
+                    let now = self.now();
+                    self.execute_other(now, other);
+                }
+                None => {
+                    if self.inbox.closed(orphaned) {
+                        // Every client is gone without a word (each one's drop queues a
+                        // shutdown, so this is only a safety net): stop.
+                        self.stopping = true;
+                    }
+                    return;
+                }
+            }
             self.settle();
         }
         self.wakeups.mark_inbox();
         self.follow_up.commands = true;
     }
 
-    fn execute(&mut self, command: Command) {
-        let now = self.now();
-        match command {
-            Command::Send {
-                target,
-                payload,
-                timeout,
-                reply,
-            } => self.submit(now, target, &payload, timeout, reply),
-            other => self.execute_other(now, other),
-        }
-    }
-
-    /// [`execute`](Self::execute) for every command but a send: out of line, so that the
-    /// round's loop over the commands inlines a send's path whole (with the rare commands in
-    /// it, it called out to a few of the send's steps).
+    /// Runs every command but a send (which [`take_commands`](Self::take_commands) runs
+    /// itself): out of line, so that the round's loop over the commands inlines a send's path
+    /// whole (with the rare commands in it, it called out to a few of the send's steps).
     #[inline(never)]
     fn execute_other(&mut self, now: Instant, command: Command) {
         match command {
