@@ -75,13 +75,7 @@ impl<T> Fifo<T> {
         T: Copy,
     {
         let item = *self.items.get(self.start)?;
-        self.start += 1;
-        if self.start == self.items.len() {
-            self.items.clear();
-            self.start = 0;
-        } else if self.start >= SLACK && self.start >= 3 * self.len() {
-            self.drop_read();
-        }
+        self.skip_front();
         Some(item)
     }
 
