@@ -337,6 +337,12 @@ impl Node {
     /// node at hand instead of the index's table (a bounds check and a load further).
     #[inline(always)]
     pub(crate) fn touch(&mut self, index: &mut crate::select::SelectIndex) {
+        // The mark is a copy of the index's own, kept here for speed: the two must agree.
+        debug_assert!(
+            !self.listed || index.is_touched(self.id.index),
+            "{:?} marked as listed but not in the index's touched slots",
+            self.id
+        );
         if !self.listed {
             self.listed = true;
             index.touch(self.id.index);

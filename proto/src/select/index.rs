@@ -99,6 +99,11 @@ impl SelectIndex {
         }
     }
 
+    /// Whether `slot` is listed as touched (for the debug check of a node's own mark).
+    pub(crate) fn is_touched(&self, slot: u32) -> bool {
+        self.is_touched.get(slot as usize).copied().unwrap_or(false)
+    }
+
     /// Places every touched slot where `placement` says it now stands.
     pub(crate) fn refresh(&mut self, mut placement: impl FnMut(u32) -> Placement) {
         // Last listed first, as a stack.
