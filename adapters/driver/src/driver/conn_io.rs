@@ -192,13 +192,15 @@ impl Driver {
         self.flush(cx);
         self.conn_ids.clear();
         self.conn_ids.append(&mut self.paused);
+        self.wakeups
+            .set_few(self.conns.span() <= super::wake::SCAN_AT_MOST);
         if self.wakeups.take(&mut self.conn_ids) {
-            // The list overflowed: every open connection that woke, by its mark.
-            let marked = self.conns.iter().filter_map(|(id, conn)| match conn {
-                Conn::Open(open) if open.read_wake.is_marked() => Some(*id),
-                _ => None,
-            });
-            self.conn_ids.extend(marked);
+            // The list overflowed, or the driver has few connections and nothing was listed:
+            // every open connection that woke, by its mark.
+            self.conns.pick_into(
+                &mut self.conn_ids,
+                |conn| matches!(conn, Conn::Open(open) if open.read_wake.is_marked()),
+            );
         }
         for i in 0..self.conn_ids.len() {
             let conn = self.conn_ids[i];

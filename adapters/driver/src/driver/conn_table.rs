@@ -1,6 +1,5 @@
 //! The driver's connections by [`ConnId`]: a map with the semantics of a
-//! `BTreeMap<ConnId, T>` (keyed by the whole id, iterated in its order) that is cheaper to
-//! look up.
+//! `BTreeMap<ConnId, T>` (keyed by the whole id) that is cheaper to look up.
 //!
 //! The driver looks a connection up several times per request (to write, to read, to
 //! decode), and a node normally has one connection in the driver at a time. So each entry
@@ -14,9 +13,7 @@
 //! an entry aside for the same index moves into it. Every index with an entry aside so has
 //! its slot taken, which lets an insert into an empty slot skip the map.
 
-use std::collections::{BTreeMap, btree_map};
-use std::iter::Peekable;
-use std::slice;
+use std::collections::BTreeMap;
 
 use keepwire_proto::ConnId;
 
@@ -112,45 +109,33 @@ impl<T> ConnTable<T> {
         self.in_slots + self.aside.len()
     }
 
+    /// How many entries [`iter`](Self::iter) steps through at most: every slot, empty or not
+    /// (one per node index up to the highest that had a connection), and those aside.
+    pub(crate) fn span(&self) -> usize {
+        self.slots.len() + self.aside.len()
+    }
+
+    /// Appends to `out` the id of every entry that `pick` chooses: those in slots first, in
+    /// index order, then those aside. (An iterator that merged the two in id order cost about
+    /// 67 instructions per wake of a lone connection, this about 10.)
+    pub(crate) fn pick_into(&self, out: &mut Vec<ConnId>, mut pick: impl FnMut(&T) -> bool) {
+        for (id, value) in self.slots.iter().flatten() {
+            if pick(value) {
+                out.push(*id);
+            }
+        }
+        for (id, value) in &self.aside {
+            if pick(value) {
+                out.push(*id);
+            }
+        }
+    }
+
     /// Removes every entry, dropping those in slots first (in index order), then those aside.
     pub(crate) fn clear(&mut self) {
         self.slots.clear();
         self.in_slots = 0;
         self.aside.clear();
-    }
-
-    /// Every entry, in the order of their ids (as a `BTreeMap` iterates).
-    pub(crate) fn iter(&self) -> Iter<'_, T> {
-        Iter {
-            slots: self.slots.iter(),
-            aside: self.aside.iter().peekable(),
-        }
-    }
-}
-
-/// The entries of a [`ConnTable`] in the order of their ids: the slots (in index order, the
-/// order of the ids' first field) merged with the entries aside.
-#[derive(Debug)]
-pub(crate) struct Iter<'a, T> {
-    slots: slice::Iter<'a, Option<(ConnId, T)>>,
-    aside: Peekable<btree_map::Iter<'a, ConnId, T>>,
-}
-
-impl<'a, T> Iterator for Iter<'a, T> {
-    type Item = (&'a ConnId, &'a T);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        // The next slot's entry is peeked by cloning the slice iterator (a pair of pointers).
-        let mut ahead = self.slots.clone();
-        let slot = ahead.by_ref().find_map(|slot| slot.as_ref());
-        match (slot, self.aside.peek()) {
-            (Some((id, _)), Some((aside, _))) if *aside < id => self.aside.next(),
-            (Some((id, value)), _) => {
-                self.slots = ahead;
-                Some((id, value))
-            }
-            (None, _) => self.aside.next(),
-        }
     }
 }
 
@@ -220,8 +205,12 @@ mod tests {
         ((a, b, c), others)
     }
 
+    /// Every entry, in id order (picked, then sorted).
     fn entries(table: &ConnTable<&'static str>) -> Vec<(ConnId, &'static str)> {
-        table.iter().map(|(id, value)| (*id, *value)).collect()
+        let mut ids = Vec::new();
+        table.pick_into(&mut ids, |_| true);
+        ids.sort();
+        ids.into_iter().map(|id| (id, *table.get(&id).unwrap())).collect()
     }
 
     #[test]
@@ -290,7 +279,7 @@ mod tests {
     }
 
     #[test]
-    fn iteration_covers_every_entry_in_id_order() {
+    fn picking_covers_every_entry_once() {
         let ((a, b, c), others) = same_index(4);
         let mut table = ConnTable::default();
         let mut map = BTreeMap::new();
@@ -305,13 +294,36 @@ mod tests {
             assert_eq!(entries(&table), expected);
             assert_eq!(table.len(), map.len());
         }
-        assert_eq!(table.aside.len(), 2, "the iteration merged entries aside");
+        assert_eq!(table.aside.len(), 2, "the picking covered entries aside");
         for id in [b, o2, c, a, o3] {
             assert_eq!(table.remove(&id), map.remove(&id));
             let expected: Vec<_> = map.iter().map(|(id, value)| (*id, *value)).collect();
             assert_eq!(entries(&table), expected);
             assert_eq!(table.len(), map.len());
         }
+    }
+
+    #[test]
+    fn picking_covers_the_slots_and_those_aside_and_span_counts_both() {
+        let ((a, b, c), others) = same_index(2);
+        let mut table = ConnTable::default();
+        assert_eq!(table.span(), 0);
+        // `c` takes index 0's slot, `a` and `b` go aside; `others` take slots of their own.
+        for (id, n) in [(c, 3), (a, 1), (b, 2), (others[0], 4), (others[1], 5)] {
+            table.insert(id, n);
+        }
+        assert_eq!(table.aside.len(), 2);
+        assert_eq!(table.span(), table.slots.len() + 2);
+        let mut picked = Vec::new();
+        table.pick_into(&mut picked, |n| n % 2 == 1);
+        picked.sort();
+        let mut odd = vec![a, c, others[1]];
+        odd.sort();
+        assert_eq!(picked, odd);
+        // An emptied slot still counts: the iteration steps over it.
+        let span = table.span();
+        table.remove(&others[1]);
+        assert_eq!(table.span(), span);
     }
 
     #[test]

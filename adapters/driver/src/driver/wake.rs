@@ -31,7 +31,13 @@ use atomic_waker::AtomicWaker;
 use concurrent_queue::ConcurrentQueue;
 use keepwire_proto::ConnId;
 
-/// Connections the list holds before a wake sets [`Wakeups::overflowed`] instead: more than
+/// Connection slots a driver has at most ([`ConnTable::span`](super::ConnTable::span)) for
+/// its connections' wakes to set [`Wakeups::scan`] rather than list them: looking at each one's
+/// mark costs about 15 instructions, where a listing (a push, then the driver's pop) cost
+/// about 170 per wake, one per request at one in flight.
+pub(super) const SCAN_AT_MOST: usize = 8;
+
+/// Connections the list holds before a wake sets [`Wakeups::scan`] instead: more than
 /// wake in one round in all but the largest clients (each is listed once until read). About
 /// 12 KiB per client.
 const LISTED: usize = 512;
@@ -44,8 +50,12 @@ pub(super) struct Wakeups {
     woken: ConcurrentQueue<ConnId>,
     /// Set after every addition to `woken`, so that a round with nothing listed only loads it.
     listed: AtomicBool,
-    /// A wake found `woken` full: the driver looks at every open connection's mark.
-    overflowed: AtomicBool,
+    /// The driver looks at every open connection's mark: a wake found `woken` full, or set
+    /// this instead of listing (`few`).
+    scan: AtomicBool,
+    /// The driver has at most [`SCAN_AT_MOST`] connection slots: a wake sets `scan` rather
+    /// than listing its connection. Either way the connection is read; only the cost differs.
+    few: AtomicBool,
     /// The command inbox woke the driver (or a round left commands in it): the next round
     /// asks it for commands. A round that only a socket or the timer woke does not.
     inbox: AtomicBool,
@@ -59,7 +69,8 @@ impl Default for Wakeups {
             task: AtomicWaker::new(),
             woken: ConcurrentQueue::bounded(LISTED),
             listed: AtomicBool::new(false),
-            overflowed: AtomicBool::new(false),
+            scan: AtomicBool::new(false),
+            few: AtomicBool::new(false),
             inbox: AtomicBool::new(true),
             timer: AtomicBool::new(false),
         }
@@ -75,8 +86,9 @@ impl Wakeups {
         self.task.register(waker);
     }
 
-    /// Appends the connections listed since the last call to `into`. Returns whether the
-    /// list overflowed meanwhile: then every open connection's mark must be looked at.
+    /// Appends the connections listed since the last call to `into`. Returns whether every
+    /// open connection's mark must be looked at: the list overflowed meanwhile, or a wake set
+    /// the flag instead of listing (the driver has few connections: [`set_few`](Self::set_few)).
     ///
     /// Inlined down to its two loads: about half the rounds (those a command woke, at one
     /// request in flight) find nothing listed, and the call cost more than the loads.
@@ -85,7 +97,17 @@ impl Wakeups {
         if self.listed.load(Ordering::Relaxed) {
             self.take_listed(into);
         }
-        self.overflowed.load(Ordering::Relaxed) && self.overflowed.swap(false, Ordering::Acquire)
+        self.scan.load(Ordering::Relaxed) && self.scan.swap(false, Ordering::Acquire)
+    }
+
+    /// Tells the wakers whether the driver has few enough connection slots (at most
+    /// [`SCAN_AT_MOST`]) to look at every one's mark rather than have them listed. Once per
+    /// round; stores only a change.
+    #[inline]
+    pub(super) fn set_few(&self, few: bool) {
+        if self.few.load(Ordering::Relaxed) != few {
+            self.few.store(few, Ordering::Relaxed);
+        }
     }
 
     /// [`take`](Self::take)'s pops, once something seems listed.
@@ -120,11 +142,14 @@ impl Wakeups {
     }
 
     fn list(&self, conn: ConnId, wake_task: bool) {
-        if self.woken.push(conn).is_err() {
-            self.overflowed.store(true, Ordering::Release);
+        // `few` is only a hint: a wake that reads it stale lists, or sets the flag, and the
+        // connection is read all the same.
+        if self.few.load(Ordering::Relaxed) || self.woken.push(conn).is_err() {
+            self.scan.store(true, Ordering::Release);
+        } else {
+            // After the push: a round that finds the flag finds the connection.
+            self.listed.store(true, Ordering::Release);
         }
-        // After the push: a round that finds the flag finds the connection.
-        self.listed.store(true, Ordering::Release);
         if wake_task {
             self.task.wake();
         }
@@ -397,5 +422,34 @@ mod tests {
             "every mark still set"
         );
         assert!(!wakeups.take(&mut list), "said once");
+    }
+
+    #[test]
+    fn with_few_connections_a_wake_asks_for_a_look_at_every_mark_instead_of_listing() {
+        let wakeups = Arc::new(Wakeups::default());
+        let (a, b) = conns();
+        wakeups.set_few(true);
+        let read_a = ReadWake::new(&wakeups, a);
+        let mut list = Vec::new();
+        assert!(wakeups.take(&mut list), "look at every mark");
+        assert!(list.is_empty(), "nothing listed");
+        assert!(read_a.take(), "the mark is set");
+        assert!(!wakeups.take(&mut list), "said once");
+        // Back to listing: a wake lists its connection again, and the flag stays down.
+        wakeups.set_few(false);
+        let read_b = ReadWake::new(&wakeups, b);
+        assert!(!wakeups.take(&mut list));
+        assert_eq!(list, vec![b]);
+        assert!(read_b.take());
+        // A wake through the waker (not a new connection's listing) also wakes the task.
+        wakeups.set_few(true);
+        let (task, waker) = WakeCount::waker();
+        wakeups.register_task(&waker);
+        read_a.waker().wake_by_ref();
+        assert_eq!(task.count(), 1, "the task is woken");
+        list.clear();
+        assert!(wakeups.take(&mut list));
+        assert!(list.is_empty());
+        assert!(read_a.take());
     }
 }
