@@ -117,12 +117,17 @@ impl<T> ConnTable<T> {
 
     /// Appends to `out` the id of every entry that `pick` chooses: those in slots first, in
     /// index order, then those aside. (An iterator that merged the two in id order cost about
-    /// 67 instructions per wake of a lone connection, this about 10.)
+    /// 67 instructions per wake of a lone connection, this about 25.)
+    #[inline]
     pub(crate) fn pick_into(&self, out: &mut Vec<ConnId>, mut pick: impl FnMut(&T) -> bool) {
         for (id, value) in self.slots.iter().flatten() {
             if pick(value) {
                 out.push(*id);
             }
+        }
+        if self.aside.is_empty() {
+            // The usual case: setting up the map's iteration cost more than the slots' loop.
+            return;
         }
         for (id, value) in &self.aside {
             if pick(value) {
@@ -210,7 +215,9 @@ mod tests {
         let mut ids = Vec::new();
         table.pick_into(&mut ids, |_| true);
         ids.sort();
-        ids.into_iter().map(|id| (id, *table.get(&id).unwrap())).collect()
+        ids.into_iter()
+            .map(|id| (id, *table.get(&id).unwrap()))
+            .collect()
     }
 
     #[test]
