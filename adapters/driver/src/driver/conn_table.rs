@@ -109,8 +109,8 @@ impl<T> ConnTable<T> {
         self.in_slots + self.aside.len()
     }
 
-    /// How many entries [`iter`](Self::iter) steps through at most: every slot, empty or not
-    /// (one per node index up to the highest that had a connection), and those aside.
+    /// How many entries [`pick_into`](Self::pick_into) steps through at most: every slot, empty or
+    /// not (one per node index up to the highest that had a connection), and those aside.
     pub(crate) fn span(&self) -> usize {
         self.slots.len() + self.aside.len()
     }
