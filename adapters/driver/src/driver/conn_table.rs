@@ -327,7 +327,7 @@ mod tests {
         let mut odd = vec![a, c, others[1]];
         odd.sort();
         assert_eq!(picked, odd);
-        // An emptied slot still counts: the iteration steps over it.
+        // An emptied slot still counts: the picking steps over it.
         let span = table.span();
         table.remove(&others[1]);
         assert_eq!(table.span(), span);
