@@ -219,10 +219,7 @@ impl<K: HeapKey> KeyedHeap<K> {
 
     /// Grows the position table until `key`'s slot has a cell.
     fn make_room(&mut self, key: K) {
-        let i = key.cell();
-        if i >= self.at.len() {
-            self.at.resize(i + 1, ABSENT);
-        }
+        cell_mut(&mut self.at, key.cell());
     }
 
     /// Moves the entry at `i` to `entry` (of the same slot), sifting it either way.
@@ -438,22 +435,16 @@ impl TimerHeap {
             Some(cell) if cell & IN_EARLY != 0 => self.early_remove((cell & !IN_EARLY) as usize),
             Some(cell) => self.requests.remove_at(cell as usize),
         }
-        self.place_request(at, id);
+        self.schedule_new_request(at, id);
     }
 
     /// Schedules the deadline of request `id`, just inserted, at `at`: its slot holds no
     /// entry (the slot's last request's deadline was cancelled when it ended), so none is
-    /// looked for, only checked by a debug assertion.
-    #[inline]
-    pub(crate) fn schedule_new_request(&mut self, at: Instant, id: RequestId) {
-        self.place_request(at, id);
-    }
-
-    /// Puts request `id`'s deadline, which the index does not hold, where it goes. Its slot's
-    /// cell is found (the table grown for a new slot) once, before the entry is placed: one
-    /// bounds check, not one to grow the table and another to record the place.
+    /// looked for, only checked by a debug assertion. The slot's cell is found (the table
+    /// grown for a new slot) once, before the entry is placed: one bounds check, not one to
+    /// grow the table and another to record the place.
     #[inline(always)]
-    fn place_request(&mut self, at: Instant, id: RequestId) {
+    pub(crate) fn schedule_new_request(&mut self, at: Instant, id: RequestId) {
         let cell = cell_mut(&mut self.requests.at, id.slot());
         debug_assert_eq!(*cell, ABSENT, "{id:?} is new but scheduled");
         if self.lane.back().is_none_or(|&(last, _)| at >= last) {
