@@ -369,14 +369,9 @@ impl Node {
         if let Some(c) = self.conn.as_mut() {
             c.blocked = false;
         }
-        // No live frame left: nothing to compact, time or hand out. The write timer stops
-        // (as `disarm` stops it) with the index's part inlined too.
-        if self.timers.get(NodeTimer::WriteTimeout).is_some() {
-            self.timers.stop(NodeTimer::WriteTimeout);
-            sink.pool
-                .timers
-                .cancel_armed_node_inline(self.id, NodeTimer::WriteTimeout);
-        }
+        // No live frame left: nothing to compact, time or hand out. The write timer stops,
+        // with the index's part inlined too.
+        self.disarm_with(sink, NodeTimer::WriteTimeout, true);
         // Nothing `after_request_change` follows has changed (the node's requests and state,
         // its connection and its heartbeat; a draining node's frame went on to await its
         // response, which leaves it as drained as it was): the input that last changed any of
@@ -441,27 +436,13 @@ impl Node {
     }
 
     /// [`Node::arm_write_timer_from`] for a frame queued now as the oldest live one (a submit
-    /// on an idle connection, the usual case), with [`Node::arm`] inlined and in it the
-    /// heap's push of a stopped timer: its call, with the entry built on the stack for the
-    /// push's out-of-line rest, cost 15 instructions per request.
+    /// on an idle connection, the usual case), with the arming inlined whole
+    /// ([`Node::arm_with`]).
     #[inline(always)]
     fn arm_write_timer_now(&mut self, sink: &mut Sink<'_>) {
-        let timer = NodeTimer::WriteTimeout;
-        let Some(at) = self.write_due(sink, sink.now) else {
-            self.disarm(sink, timer);
-            return;
-        };
-        let armed = self.timers.get(timer);
-        if armed == Some(at) {
-            return;
-        }
-        self.timers.set(timer, at);
-        match armed {
-            Some(_) => sink.pool.timers.schedule_node(at, self.id, timer),
-            None => sink
-                .pool
-                .timers
-                .schedule_stopped_node_inline(at, self.id, timer),
+        match self.write_due(sink, sink.now) {
+            Some(at) => self.arm_with(sink, NodeTimer::WriteTimeout, at, true),
+            None => self.disarm(sink, NodeTimer::WriteTimeout),
         }
     }
 
