@@ -33,8 +33,7 @@ impl Node {
     }
 
     /// The rest of [`Node::demand_connection`], for a node between connections, which may
-    /// open one at `reconnect_at`. Out of line, and it takes the sink's parts, not the sink:
-    /// a sink lent out of line is built in memory by the caller, on its usual path too.
+    /// open one at `reconnect_at`. Out of line, taking the sink's parts (see [`Sink`]).
     #[inline(never)]
     fn connect_at(
         &mut self,
@@ -173,8 +172,8 @@ impl Node {
         self.keep_idle_timers(sink.now, sink.config, sink.pool);
     }
 
-    /// The slow path of [`Node::after_request_change`]. It takes the sink's parts, not the
-    /// sink: a sink lent out of line is built in memory by every caller, on the busy path too.
+    /// The slow path of [`Node::after_request_change`], taking the sink's parts (see
+    /// [`Sink`]).
     #[inline(never)]
     fn keep_idle_timers(&mut self, now: Instant, config: &Config, pool: &mut Shared) {
         // With neither timer configured (the default), a ready connection whose last request

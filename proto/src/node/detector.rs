@@ -92,9 +92,8 @@ impl Node {
         }
     }
 
-    /// The rest of [`Node::readmit`], for a quarantined node. It takes the sink's parts, not
-    /// the sink: a sink lent out of line is built in memory by every caller, on its usual
-    /// path too.
+    /// The rest of [`Node::readmit`], for a quarantined node, taking the sink's parts (see
+    /// [`Sink`]).
     #[inline(never)]
     fn lift_quarantine(
         &mut self,

@@ -100,9 +100,7 @@ impl Node {
 
     /// The ping's response arrived: consumed, and the connection's idle clock restarts. An
     /// answer proves the connection works, so the consecutive connection failures reset.
-    ///
-    /// It takes the sink's parts, not the sink: a response's usual path, which calls it out
-    /// of line, would build a sink in memory for it.
+    /// Out of line, taking the sink's parts (see [`Sink`]).
     #[inline(never)]
     pub(super) fn heartbeat_answered(
         &mut self,

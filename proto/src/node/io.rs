@@ -271,9 +271,8 @@ impl Node {
         self.written_frames(sink.now, sink.config, sink.pool, generation, n)
     }
 
-    /// [`Node::written`] for any hand-out. It takes the sink's parts, not the sink, so that
-    /// the usual report, which inlines the rest, keeps them in registers: a sink lent out of
-    /// line has to be built in memory.
+    /// [`Node::written`] for any hand-out, taking the sink's parts (see [`Sink`]): the usual
+    /// report inlines the rest.
     #[inline(never)]
     fn written_frames(
         &mut self,
@@ -406,7 +405,7 @@ impl Node {
     }
 
     /// Drops the awaited entries of requests answered or gone. (It takes the request table,
-    /// not the sink: see [`Node::written_frames`].)
+    /// not the sink: see [`Sink`].)
     #[inline(never)]
     fn drop_answered(&mut self, requests: &crate::requests::Requests) {
         self.awaiting.retain(|&a| {
@@ -542,8 +541,7 @@ impl Node {
     }
 
     /// A response to `id`, not in flight on the connection, closes it as a protocol
-    /// violation. Out of line, and it takes the sink's parts, not the sink: a sink lent out of
-    /// line is built in memory by the caller, on its usual path too.
+    /// violation. Out of line, taking the sink's parts (see [`Sink`]).
     #[cold]
     #[inline(never)]
     fn unknown_response(

@@ -42,6 +42,11 @@ use table::{Input, transition};
 
 /// What a node's machine writes into while it handles one input: borrowed from the pool for
 /// the length of the call.
+///
+/// A function out of line on the path of a usual input (its rare rest, called or not on
+/// every request) takes the sink's parts, `now`, `config` and `pool`, and builds its own
+/// sink from them: a sink lent to a call is built in memory by the caller, on its usual path
+/// too, where the three stay in registers.
 pub(crate) struct Sink<'a> {
     pub(crate) now: Instant,
     pub(crate) config: &'a Config,
