@@ -72,9 +72,8 @@ impl Telemetry {
         false
     }
 
-    /// A request on `node` ended (its [`Event::RequestDone`], when
-    /// [`traces_requests`](Self::traces_requests) is `false`): what [`event`](Self::event)
-    /// does for it then.
+    /// A request on `node` ended (its [`Event::RequestDone`]): all of it but the trace, which
+    /// [`event`](Self::event) adds when [`traces_requests`](Self::traces_requests).
     #[inline]
     pub(crate) fn request_done(&mut self, node: NodeId) {
         let _ = node;
@@ -91,13 +90,11 @@ impl Telemetry {
             // One per request: its trace event only when a subscriber wants TRACE from
             // keepwire, and for metrics only its node's gauges to refresh.
             Event::RequestDone { node, .. } => {
-                let _ = node;
                 #[cfg(feature = "tracing")]
-                if tracing::enabled!(target: "keepwire", tracing::Level::TRACE) {
+                if self.traces_requests() {
                     self.trace.event(event);
                 }
-                #[cfg(feature = "metrics")]
-                self.meter.touched(*node);
+                self.request_done(*node);
             }
             _ => {
                 #[cfg(feature = "tracing")]
