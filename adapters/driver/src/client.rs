@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use keepwire_proto::{
-    Config, ConnId, Counters, Endpoint, Event, HandleError, Heartbeat, NodeId, NodeState, Target,
+    Config, ConnId, Counters, Endpoint, Event, HandleError, Heartbeat, Instant, NodeId, NodeState,
+    Target,
 };
 
 use crate::codec::{Codec, LengthPrefixed};
@@ -521,14 +522,9 @@ fn entropy_seed() -> u64 {
     std::collections::hash_map::RandomState::new().hash_one(DRAWS.fetch_add(1, Ordering::Relaxed))
 }
 
-/// `timeout` in nanoseconds, saturated at `u64::MAX`: what `Instant` adds for it (in 64-bit
-/// steps, where the `u128` of `Duration::as_nanos` cost a few more instructions per send).
+/// `timeout` in nanoseconds, saturated at `u64::MAX`: what `Instant` adds for it.
 fn nanos_of(timeout: Duration) -> u64 {
-    timeout
-        .as_secs()
-        .checked_mul(1_000_000_000)
-        .and_then(|nanos| nanos.checked_add(u64::from(timeout.subsec_nanos())))
-        .unwrap_or(u64::MAX)
+    (Instant::ZERO + timeout).as_nanos()
 }
 
 /// Cancels the request if the caller stops waiting before the response: sends the id of the
