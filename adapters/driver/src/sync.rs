@@ -147,17 +147,6 @@ impl<C> Inbox<C> {
     pub(crate) fn closed(&self, orphaned: bool) -> bool {
         orphaned || self.queue.ring.is_closed()
     }
-
-    /// The oldest command queued, if any.
-    #[cfg(test)]
-    pub(crate) fn try_recv(&mut self) -> Result<C, TryRecvError> {
-        let mut out = Vec::new();
-        match take_commands(self, Waker::noop(), &mut out, 1) {
-            _ if !out.is_empty() => Ok(out.remove(0)),
-            Taken::Closed => Err(TryRecvError::Disconnected),
-            _ => Err(TryRecvError::Empty),
-        }
-    }
 }
 
 impl<C> Drop for Inbox<C> {
@@ -168,14 +157,6 @@ impl<C> Drop for Inbox<C> {
         self.close();
         self.clear();
     }
-}
-
-/// Why [`Inbox::try_recv`] found no command.
-#[cfg(test)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum TryRecvError {
-    Empty,
-    Disconnected,
 }
 
 /// A client's end of the command queue: each command queued wakes the driver with `wake`
@@ -230,40 +211,6 @@ pub(crate) fn command_queue<C>(wake: Waker) -> (Outbox<C>, Inbox<C>) {
         staged: VecDeque::new(),
     };
     (Outbox { queue, wake }, inbox)
-}
-
-/// What [`take_commands`] found after the commands it took.
-#[cfg(test)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Taken {
-    /// The queue is empty: a command queued from now on wakes the driver.
-    Empty,
-    /// It took its limit: more may be queued.
-    Limit,
-    /// The queue is empty and the outbox is gone (or the driver closed the inbox).
-    Closed,
-}
-
-/// Takes up to `limit` queued commands into `out`, oldest first: the driver's take
-/// ([`Inbox::next`] until the queue is empty) as a batch, for the tests. A command queued
-/// after this wakes the driver (the [`Outbox`] does it for every command), so the queue needs
-/// no waker of its own; `_waker` is the inbox's, kept for a queue that would.
-#[cfg(test)]
-pub(crate) fn take_commands<C>(
-    inbox: &mut Inbox<C>,
-    _waker: &Waker,
-    out: &mut Vec<C>,
-    limit: usize,
-) -> Taken {
-    let orphaned = inbox.orphaned();
-    for _ in 0..limit {
-        match inbox.next() {
-            Some(command) => out.push(command),
-            None if inbox.closed(orphaned) => return Taken::Closed,
-            None => return Taken::Empty,
-        }
-    }
-    Taken::Limit
 }
 
 /// A map keyed by ids keepwire makes itself (request and protocol ids): hashed with one
@@ -420,6 +367,32 @@ mod tests {
     use super::*;
     use futures_lite::future::block_on;
 
+    /// What [`take_commands`] found after the commands it took.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Taken {
+        /// The queue is empty: a command queued from now on wakes the driver.
+        Empty,
+        /// It took its limit: more may be queued.
+        Limit,
+        /// The queue is empty and the outbox is gone (or the driver closed the inbox).
+        Closed,
+    }
+
+    /// Takes up to `limit` queued commands into `out`, oldest first: the driver's take
+    /// ([`Inbox::next`] until the queue is empty, as `Driver::take_commands` runs it) as a
+    /// batch.
+    fn take_commands<C>(inbox: &mut Inbox<C>, out: &mut Vec<C>, limit: usize) -> Taken {
+        let orphaned = inbox.orphaned();
+        for _ in 0..limit {
+            match inbox.next() {
+                Some(command) => out.push(command),
+                None if inbox.closed(orphaned) => return Taken::Closed,
+                None => return Taken::Empty,
+            }
+        }
+        Taken::Limit
+    }
+
     #[test]
     fn id_maps_find_their_keys() {
         let mut map = IdMap::default();
@@ -479,7 +452,6 @@ mod tests {
     #[test]
     fn a_burst_beyond_the_ring_keeps_its_order_through_the_overflow_list() {
         let (outbox, mut inbox) = command_queue(Waker::noop().clone());
-        let waker = Waker::noop();
         let burst = RING + 10;
         for command in 0..burst {
             outbox.send(command).unwrap();
@@ -487,15 +459,12 @@ mod tests {
         assert!(inbox.queue.overflowing.load(Ordering::SeqCst));
         let mut taken = Vec::new();
         assert_eq!(
-            take_commands(&mut inbox, waker, &mut taken, RING + 5),
+            take_commands(&mut inbox, &mut taken, RING + 5),
             Taken::Limit,
             "the ring's, then five of the overflow list's"
         );
         outbox.send(burst).unwrap(); // joins the overflow list, behind the rest
-        assert_eq!(
-            take_commands(&mut inbox, waker, &mut taken, RING),
-            Taken::Empty
-        );
+        assert_eq!(take_commands(&mut inbox, &mut taken, RING), Taken::Empty);
         assert_eq!(taken, (0..=burst).collect::<Vec<_>>());
         assert!(
             !inbox.queue.overflowing.load(Ordering::SeqCst),
@@ -513,10 +482,7 @@ mod tests {
         inbox.clear();
         drop(outbox);
         taken.clear();
-        assert_eq!(
-            take_commands(&mut inbox, waker, &mut taken, 1),
-            Taken::Closed
-        );
+        assert_eq!(take_commands(&mut inbox, &mut taken, 1), Taken::Closed);
         assert!(taken.is_empty());
     }
 
@@ -539,7 +505,7 @@ mod tests {
         let mut next = [0; THREADS];
         let mut batch = Vec::new();
         while next.iter().any(|&n| n < EACH) {
-            take_commands(&mut inbox, Waker::noop(), &mut batch, 7);
+            take_commands(&mut inbox, &mut batch, 7);
             for (t, n) in batch.drain(..) {
                 assert_eq!(n, next[t], "thread {t}'s commands in order");
                 next[t] += 1;
@@ -550,10 +516,7 @@ mod tests {
             sender.join().unwrap();
         }
         drop(outbox);
-        assert_eq!(
-            take_commands(&mut inbox, Waker::noop(), &mut batch, 7),
-            Taken::Closed
-        );
+        assert_eq!(take_commands(&mut inbox, &mut batch, 7), Taken::Closed);
     }
 
     #[test]
@@ -561,48 +524,34 @@ mod tests {
         let (wakes, wake) = WakeCount::waker();
         let (outbox, mut inbox) = command_queue(wake);
         let mut taken = Vec::new();
-        let waker = Waker::noop();
-        assert_eq!(
-            take_commands(&mut inbox, waker, &mut taken, 2),
-            Taken::Empty
-        );
+        assert_eq!(take_commands(&mut inbox, &mut taken, 2), Taken::Empty);
         for command in 1..=3 {
             outbox.send(command).unwrap();
         }
         assert_eq!(wakes.count(), 3);
-        assert_eq!(
-            take_commands(&mut inbox, waker, &mut taken, 2),
-            Taken::Limit
-        );
-        assert_eq!(
-            take_commands(&mut inbox, waker, &mut taken, 2),
-            Taken::Empty
-        );
+        assert_eq!(take_commands(&mut inbox, &mut taken, 2), Taken::Limit);
+        assert_eq!(take_commands(&mut inbox, &mut taken, 2), Taken::Empty);
         assert_eq!(taken, [1, 2, 3]);
         for command in 10..20 {
             outbox.send(command).unwrap();
         }
         taken.clear();
         assert_eq!(
-            take_commands(&mut inbox, waker, &mut taken, 6),
+            take_commands(&mut inbox, &mut taken, 6),
             Taken::Limit,
-            "two one by one, four in a batch"
+            "six at most"
         );
-        assert_eq!(
-            take_commands(&mut inbox, waker, &mut taken, 6),
-            Taken::Empty
-        );
+        assert_eq!(take_commands(&mut inbox, &mut taken, 6), Taken::Empty);
         assert_eq!(taken, (10..20).collect::<Vec<_>>());
         outbox.send(4).unwrap();
         inbox.close();
         assert_eq!(outbox.send(5), Err(5), "handed back once closed");
         assert_eq!(wakes.count(), 14);
-        assert_eq!(inbox.try_recv(), Ok(4));
+        let mut last = Vec::new();
+        assert_eq!(take_commands(&mut inbox, &mut last, 1), Taken::Limit);
+        assert_eq!(last, [4]);
         drop(outbox);
-        assert_eq!(
-            take_commands(&mut inbox, waker, &mut taken, 2),
-            Taken::Closed
-        );
+        assert_eq!(take_commands(&mut inbox, &mut taken, 2), Taken::Closed);
 
         let (outbox, mut inbox) = command_queue(Waker::noop().clone());
         for command in 0..3 {
@@ -611,9 +560,9 @@ mod tests {
         drop(outbox);
         taken.clear();
         assert_eq!(
-            take_commands(&mut inbox, waker, &mut taken, 6),
+            take_commands(&mut inbox, &mut taken, 6),
             Taken::Closed,
-            "the senders gone, the last commands taken in a batch"
+            "the senders gone, the last commands are taken before it says so"
         );
         assert_eq!(taken, [0, 1, 2]);
     }
