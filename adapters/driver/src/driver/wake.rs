@@ -32,9 +32,10 @@ use concurrent_queue::ConcurrentQueue;
 use keepwire_proto::ConnId;
 
 /// Connection slots a driver has at most ([`ConnTable::span`](super::ConnTable::span)) for
-/// its connections' wakes to set [`Wakeups::scan`] rather than list them: looking at each one's
-/// mark costs about 15 instructions, where a listing (a push, then the driver's pop) cost
-/// about 170 per wake, one per request at one in flight.
+/// its connections' wakes to set [`Wakeups::scan`] rather than list them. A listing (a push,
+/// then the driver's pop) cost about 170 instructions per wake, one wake per request at one
+/// in flight; the scan of a lone connection's slot about 50 (callgrind, BENCHMARKS.md), and
+/// each further slot adds a step of the table's loop and a load of its mark.
 pub(super) const SCAN_AT_MOST: usize = 8;
 
 /// Connections the list holds before a wake sets [`Wakeups::scan`] instead: more than
