@@ -359,10 +359,10 @@ impl Outbound {
     }
 
     /// [`Self::report_written`] in the usual case: the lone queued frame was handed out and
-    /// the kernel took all of it (all that was handed out). Returns the frame's request, its cost (released) and any
-    /// writability flip, as the report would (the request is the one `settle(id, true)` would
-    /// see); `None`, changing nothing, in any other case. Its few checks take the place of the
-    /// report's loop, accumulators and calls.
+    /// the kernel took all of it (all that was handed out). Returns the frame's request, its
+    /// cost (released) and any writability flip, as the report would (the request is the one
+    /// `settle(id, true)` would see); `None`, changing nothing, in any other case. Its few
+    /// checks take the place of the report's loop, accumulators and calls.
     #[inline(always)]
     pub(crate) fn report_lone_written(
         &mut self,
