@@ -10,8 +10,8 @@
 #
 # Usage: scripts/mutants.sh [FILE...]
 #   FILE...  proto source files to mutate (globs as cargo-mutants' --file takes them);
-#            default: the core (node/*.rs, pool/*.rs, outbound, timers, select.rs and
-#            select/*.rs, backoff, requests).
+#            default: the core (node/*.rs, pool/*.rs, outbound, timers and timers/keyed,
+#            select.rs and select/*.rs, backoff, requests).
 # Environment:
 #   MUTANTS_OUT   where cargo-mutants writes mutants.out/ and this script its report
 #                 (default target/mutants)
@@ -36,6 +36,7 @@ if [ ${#files[@]} -eq 0 ]; then
     'proto/src/pool/*.rs'
     proto/src/outbound.rs
     proto/src/timers.rs
+    proto/src/timers/keyed.rs
     proto/src/select.rs
     'proto/src/select/*.rs'
     proto/src/backoff.rs
