@@ -270,6 +270,30 @@ mod tests {
         }
     }
 
+    /// [`Queue`] drops what it read at the same points as [`Fifo`] (the test above): every 60
+    /// pops sliding 20 items, every 32 sliding 4; and an emptied queue starts afresh.
+    #[test]
+    fn a_sliding_queue_of_items_that_are_not_copy_drops_what_it_read_as_a_fifo_does() {
+        for (window, every) in [(20u32, 60), (4, 32)] {
+            let mut queue = Queue::default();
+            for item in 0..window {
+                queue.push_back(item.to_string());
+            }
+            let mut drops = 0;
+            for item in window..window + 10 * every {
+                queue.push_back(item.to_string());
+                assert_eq!(queue.pop_front(), Some((item - window).to_string()));
+                let read = (item - window + 1) % every;
+                assert_eq!(queue.0.start, read as usize, "window {window}, item {item}");
+                assert_eq!(queue.0.items.len(), (window + read) as usize);
+                drops += usize::from(read == 0);
+            }
+            assert_eq!(drops, 10, "window {window}");
+            while queue.pop_front().is_some() {}
+            assert_eq!((queue.0.start, queue.0.items.len()), (0, 0));
+        }
+    }
+
     /// A [`Queue`] pushes and pops as a `VecDeque` does, and keeps its buffer within four
     /// times its items plus the slack whether it empties often or never.
     #[test]

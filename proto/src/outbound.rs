@@ -671,6 +671,51 @@ mod tests {
         assert!(most_read >= READ_SLACK, "{most_read}");
     }
 
+    /// A sliding queue of frames drops the places of those taken off at the same points as
+    /// a [`Fifo`](crate::fifo::Fifo): every 60 pops sliding 20 frames, every 32 sliding 4.
+    #[test]
+    fn a_sliding_frame_queue_drops_what_it_took_off_at_three_quarters_of_its_buffer_and_the_slack()
+    {
+        for (window, every) in [(20u32, 60), (4, 32)] {
+            let mut frames = Frames::default();
+            for n in 0..window {
+                frames.push_back(frame(n));
+            }
+            let mut drops = 0;
+            for n in window..window + 10 * every {
+                frames.push_back(frame(n));
+                frames.pop_front();
+                assert_eq!(
+                    frames.front().map(|f| f.cost),
+                    Some(u64::from(n - window + 1))
+                );
+                let read = (n - window + 1) % every;
+                assert_eq!(frames.start, read as usize, "window {window}, frame {n}");
+                assert_eq!(frames.items.len(), (window + read) as usize);
+                drops += usize::from(read == 0);
+            }
+            assert_eq!(drops, 10, "window {window}");
+        }
+    }
+
+    /// Taking off the lone frame of a queue that slid leaves its buffer empty, with no places
+    /// of frames taken off before it.
+    #[test]
+    fn taking_the_lone_frame_off_a_slid_queue_empties_its_buffer() {
+        let mut frames = Frames::default();
+        for n in 0..3 {
+            frames.push_back(frame(n));
+        }
+        frames.pop_front();
+        frames.pop_front();
+        assert_eq!((frames.start, frames.len()), (2, 1));
+        assert_eq!(frames.take_lone().cost, 2);
+        assert_eq!((frames.start, frames.items.len()), (0, 0));
+        frames.push_back(frame(3));
+        assert_eq!(frames.take_lone().cost, 3, "from the start of the buffer");
+        assert_eq!((frames.start, frames.items.len()), (0, 0));
+    }
+
     #[test]
     fn byte_counts_neither_wrap_nor_saturate() {
         let mut c = ByteCount::default();

@@ -8,7 +8,8 @@ use bytes::Bytes;
 
 use super::{Harness, exact, ms, secs};
 use crate::{
-    CloseReason, ConnId, Event, HandleError, NodeId, Outcome, RequestId, Target, Violation,
+    CloseReason, ConnId, Event, HandleError, NodeId, Outcome, Phase, RequestId, Sent, Target,
+    Violation,
 };
 
 /// Every hand-out until the queue is empty, each with its total byte count.
@@ -47,6 +48,54 @@ fn a_frame_queued_on_an_idle_ready_connection_arms_its_write_timer() {
         Some(Outcome::ConnectionLost(CloseReason::WriteTimeout))
     );
     assert_eq!(h.pool.counters().write_timeouts, 1);
+}
+
+#[test]
+fn a_frame_queued_after_a_lone_frame_was_written_is_dropped_unsent_at_its_deadline() {
+    // The usual write report (the lone queued frame, written whole) takes its own short path.
+    // A frame queued after it must still be the one its request's deadline drops: otherwise
+    // a request already ended goes out on the wire, or its bytes stay counted as pending.
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let conn = h.ready(node);
+    let first = h.submit(node, 10, secs(60));
+    assert_eq!(h.flush(conn), 10);
+    for round in 0..3 {
+        // Queued, not handed out (the adapter writes only when it gets round to it), and its
+        // deadline passes there.
+        let queued = h.submit(node, 20, secs(1));
+        h.advance(secs(2));
+        assert_eq!(
+            h.ended(queued),
+            (
+                Outcome::DeadlineExceeded {
+                    phase: Phase::Queued
+                },
+                Sent::Nothing,
+                false
+            ),
+            "round {round}"
+        );
+        assert_eq!(
+            hand_outs(&mut h, 1 << 16),
+            [],
+            "round {round}: dropped unsent"
+        );
+        assert_eq!(h.pool.pending_bytes(node), Some(0), "round {round}");
+        // Another lone frame, written whole, before the next round.
+        let next = h.submit(node, 30, secs(60));
+        assert_eq!(h.flush(conn), 30, "round {round}");
+        h.respond(conn, next);
+        assert_eq!(
+            h.outcome(next),
+            Some(Outcome::Response(Bytes::from_static(b"ok")))
+        );
+    }
+    h.respond(conn, first);
+    assert_eq!(
+        h.outcome(first),
+        Some(Outcome::Response(Bytes::from_static(b"ok")))
+    );
 }
 
 #[test]
