@@ -286,6 +286,26 @@ mod tests {
         assert!(!names_a_chunk(&buf) && !sizing.large);
     }
 
+    /// The pools part at eight pieces to a small chunk: pieces of up to 8 KiB are read into
+    /// small chunks, longer ones (the benchmark's 16 KiB responses) into large ones.
+    #[test]
+    fn pieces_longer_than_an_eighth_of_a_small_chunk_go_to_large_chunks() {
+        for (piece, large) in [
+            (100, false),
+            (8 * 1024, false),
+            (8 * 1024 + 1, true),
+            (16 * 1024, true),
+        ] {
+            let mut pools = Pools::new();
+            let (mut buf, mut sizing) = (BytesMut::new(), Sizing::default());
+            sizing.piece = piece;
+            pools.reserve(&mut buf, &mut sizing, 1024);
+            assert_eq!(sizing.large, large, "pieces of {piece} bytes");
+            let chunk = if large { LARGE_CHUNK } else { CHUNK };
+            assert_eq!(buf.capacity(), chunk, "pieces of {piece} bytes");
+        }
+    }
+
     #[test]
     fn a_parked_buffer_chunk_is_reused_by_the_next_buffer_that_needs_one() {
         let mut chunks = Chunks::small();
