@@ -511,6 +511,37 @@ mod tests {
         assert_eq!((got.len(), result, left), (0, Ok(()), frame.len() - 1));
     }
 
+    /// `cut`, the helper a server (or a hand-written client) reads frames with, takes whole
+    /// frames off the front, in order, and leaves a partial one.
+    #[test]
+    fn cut_takes_whole_frames_off_the_front() {
+        let codec = LengthPrefixed::default();
+        let mut buf = BytesMut::new();
+        LengthPrefixed::frame_into(9, b"first", &mut buf).unwrap();
+        LengthPrefixed::frame_into(0, b"", &mut buf).unwrap();
+        let partial = LengthPrefixed::frame(10, b"third").unwrap();
+        buf.extend_from_slice(&partial[..partial.len() - 1]);
+        assert_eq!(
+            codec.cut(&mut buf),
+            Ok(Some((9, Bytes::from_static(b"first"))))
+        );
+        assert_eq!(codec.cut(&mut buf), Ok(Some((0, Bytes::new()))));
+        assert_eq!(codec.cut(&mut buf), Ok(None));
+        assert_eq!(buf.len(), partial.len() - 1, "the partial frame stays");
+        let mut short = BytesMut::from(&[0, 0, 0, 7][..]);
+        assert_eq!(codec.cut(&mut short), Err(Violation::MalformedHeader));
+    }
+
+    /// Framing reserves room for the frame, not a multiple of it.
+    #[test]
+    fn a_frame_reserves_its_own_length() {
+        let payload = [7u8; 1000];
+        let mut dst = BytesMut::new();
+        LengthPrefixed::frame_into(1, &payload, &mut dst).unwrap();
+        assert_eq!(dst.len(), LengthPrefixed::HEADER_LEN + 1000);
+        assert!(dst.capacity() < 2 * dst.len(), "{}", dst.capacity());
+    }
+
     #[test]
     fn a_hostile_length_reserves_nothing_ahead_of_the_bytes() {
         // 12 bytes announcing 16 MiB: the buffer stays as small as what arrived.
