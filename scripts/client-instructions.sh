@@ -21,22 +21,13 @@ in_flight=${2:-1}
 client=${3:-A}
 size=${4:-64}
 
-bin=${CLIENT_BENCH:-}
-if [ -z "$bin" ]; then
-  bin=$(cargo bench -p keepwire-benches --bench client --no-run --message-format=json 2>/dev/null |
-    sed -n 's/.*"executable":"\([^"]*client-[^"]*\)".*/\1/p' | tail -1)
-fi
-[ -x "$bin" ] || { echo "no client benchmark binary at '$bin'" >&2; exit 1; }
+bin=$(client_bench)
+[ -n "$bin" ] || { echo "no client benchmark binary (CLIENT_BENCH='${CLIENT_BENCH:-}')" >&2; exit 1; }
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-# keepwire submits each request to its pool once; the hand-written clients answer each with
-# one oneshot send.
-case $client in
-  A) per_request='Pool::submit' ;;
-  *) per_request='oneshot::Sender<T>::send' ;;
-esac
+per_request=$(per_request_call "$client")
 
 # Two runs, of 1 s and 3 s: the difference leaves out what the process spends once (start-up,
 # warm-up, the bench's own report), which a single run would spread over however many

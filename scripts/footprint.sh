@@ -21,20 +21,13 @@ in_flight=${2:-1}
 client=${3:-A}
 size=${4:-64}
 
-bin=${CLIENT_BENCH:-}
-if [ -z "$bin" ]; then
-  bin=$(cargo bench -p keepwire-benches --bench client --no-run --message-format=json 2>/dev/null |
-    sed -n 's/.*"executable":"\([^"]*client-[^"]*\)".*/\1/p' | tail -1)
-fi
-[ -x "$bin" ] || { echo "no client benchmark binary at '$bin'" >&2; exit 1; }
+bin=$(client_bench)
+[ -n "$bin" ] || { echo "no client benchmark binary (CLIENT_BENCH='${CLIENT_BENCH:-}')" >&2; exit 1; }
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-case $client in
-  A) per_request='Pool::submit' ;;
-  *) per_request='oneshot::Sender<T>::send' ;;
-esac
+per_request=$(per_request_call "$client")
 
 valgrind --tool=callgrind --dump-instr=yes --callgrind-out-file="$out/run" "$bin" --bench \
   rt="$rt" size="$size" inflight="$in_flight" clients="$client" rounds=1 ms=2000 \
