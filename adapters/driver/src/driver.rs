@@ -349,11 +349,10 @@ impl Driver {
     #[inline(always)]
     fn request_done(&mut self, id: RequestId, outcome: Outcome, sent: Sent, retried: bool) {
         if let Some(waiting) = self.waiting.remove(id) {
-            let responded = matches!(outcome, Outcome::Response(_));
             // A response, the usual end, without the match over every other.
-            let result = match outcome {
-                Outcome::Response(payload) => Ok(payload),
-                other => result_of(other, sent, retried),
+            let (result, responded) = match outcome {
+                Outcome::Response(payload) => (Ok(payload), true),
+                other => (result_of(other, sent, retried), false),
             };
             answer(waiting.reply, result);
             self.answered += 1;
