@@ -191,9 +191,9 @@ impl<T> core::ops::Index<usize> for Fifo<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tests::xorshift;
+    use crate::tests::{assert_slides_as_a_fifo, xorshift};
     use alloc::collections::VecDeque;
-    use alloc::string::ToString;
+    use alloc::string::{String, ToString};
 
     /// Pushes, pops, retains and takes, against a `VecDeque` doing the same: the same items in
     /// the same order, and a buffer never more than four times the items plus the slack.
@@ -252,43 +252,21 @@ mod tests {
     /// quarters.
     #[test]
     fn a_sliding_queue_drops_what_it_read_at_three_quarters_of_its_buffer_and_the_slack() {
-        for (window, every) in [(20u32, 60), (4, 32)] {
-            let mut fifo = Fifo::new();
-            for item in 0..window {
-                fifo.push_back(item);
-            }
-            let mut drops = 0;
-            for item in window..window + 10 * every {
-                fifo.push_back(item);
-                assert_eq!(fifo.pop_front(), Some(item - window));
-                let read = (item - window + 1) % every;
-                assert_eq!(fifo.start, read as usize, "window {window}, item {item}");
-                assert_eq!(fifo.items.len(), (window + read) as usize);
-                drops += usize::from(read == 0);
-            }
-            assert_eq!(drops, 10, "window {window}");
-        }
+        assert_slides_as_a_fifo(Fifo::push_back, Fifo::pop_front, |fifo: &Fifo<u32>| {
+            (fifo.start, fifo.items.len())
+        });
     }
 
     /// [`Queue`] drops what it read at the same points as [`Fifo`] (the test above): every 60
     /// pops sliding 20 items, every 32 sliding 4; and an emptied queue starts afresh.
     #[test]
     fn a_sliding_queue_of_items_that_are_not_copy_drops_what_it_read_as_a_fifo_does() {
-        for (window, every) in [(20u32, 60), (4, 32)] {
-            let mut queue = Queue::default();
-            for item in 0..window {
-                queue.push_back(item.to_string());
-            }
-            let mut drops = 0;
-            for item in window..window + 10 * every {
-                queue.push_back(item.to_string());
-                assert_eq!(queue.pop_front(), Some((item - window).to_string()));
-                let read = (item - window + 1) % every;
-                assert_eq!(queue.0.start, read as usize, "window {window}, item {item}");
-                assert_eq!(queue.0.items.len(), (window + read) as usize);
-                drops += usize::from(read == 0);
-            }
-            assert_eq!(drops, 10, "window {window}");
+        let slid = assert_slides_as_a_fifo(
+            |queue: &mut Queue<String>, item| queue.push_back(item.to_string()),
+            |queue| queue.pop_front().map(|item| item.parse().unwrap()),
+            |queue| (queue.0.start, queue.0.items.len()),
+        );
+        for mut queue in slid {
             while queue.pop_front().is_some() {}
             assert_eq!((queue.0.start, queue.0.items.len()), (0, 0));
         }

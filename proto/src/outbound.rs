@@ -583,7 +583,7 @@ impl Outbound {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tests::xorshift;
+    use crate::tests::{assert_slides_as_a_fifo, xorshift};
     use alloc::collections::VecDeque;
 
     fn frame(n: u32) -> Frame {
@@ -676,26 +676,15 @@ mod tests {
     #[test]
     fn a_sliding_frame_queue_drops_what_it_took_off_at_three_quarters_of_its_buffer_and_the_slack()
     {
-        for (window, every) in [(20u32, 60), (4, 32)] {
-            let mut frames = Frames::default();
-            for n in 0..window {
-                frames.push_back(frame(n));
-            }
-            let mut drops = 0;
-            for n in window..window + 10 * every {
-                frames.push_back(frame(n));
+        assert_slides_as_a_fifo(
+            |frames: &mut Frames, n| frames.push_back(frame(n)),
+            |frames| {
+                let front = frames.front().map(|f| f.cost as u32);
                 frames.pop_front();
-                assert_eq!(
-                    frames.front().map(|f| f.cost),
-                    Some(u64::from(n - window + 1))
-                );
-                let read = (n - window + 1) % every;
-                assert_eq!(frames.start, read as usize, "window {window}, frame {n}");
-                assert_eq!(frames.items.len(), (window + read) as usize);
-                drops += usize::from(read == 0);
-            }
-            assert_eq!(drops, 10, "window {window}");
-        }
+                front
+            },
+            |frames| (frames.start, frames.items.len()),
+        );
     }
 
     /// Taking off the lone frame of a queue that slid leaves its buffer empty, with no places

@@ -46,6 +46,36 @@ pub(crate) fn xorshift(x: &mut u64) {
     *x ^= *x << 17;
 }
 
+/// Slides windows of 20 and 4 items through a queue read from a moving start (one push, one
+/// pop at a time), as [`Fifo`](crate::fifo::Fifo) and the queues built on its pattern are:
+/// after every pop, the item it gave and the queue's read position and buffer length, which
+/// `places` reports. A window of 20 keeps what it read until that is three quarters of the
+/// buffer (60 read, 80 held), then drops it, every 60 reads; a window of 4 keeps it until the
+/// slack (32 read) is reached, even past three quarters. Returns the two queues slid.
+pub(crate) fn assert_slides_as_a_fifo<Q: Default>(
+    mut push: impl FnMut(&mut Q, u32),
+    mut pop: impl FnMut(&mut Q) -> Option<u32>,
+    places: impl Fn(&Q) -> (usize, usize),
+) -> [Q; 2] {
+    [(20u32, 60), (4, 32)].map(|(window, every)| {
+        let mut queue = Q::default();
+        for item in 0..window {
+            push(&mut queue, item);
+        }
+        let mut drops = 0;
+        for item in window..window + 10 * every {
+            push(&mut queue, item);
+            assert_eq!(pop(&mut queue), Some(item - window), "window {window}");
+            let read = (item - window + 1) % every;
+            let expected = (read as usize, (window + read) as usize);
+            assert_eq!(places(&queue), expected, "window {window}, item {item}");
+            drops += usize::from(read == 0);
+        }
+        assert_eq!(drops, 10, "window {window}");
+        queue
+    })
+}
+
 /// A config without jitter, so every timeout in a test is exact, and without quarantine, so a
 /// lifecycle test can fail a node as often as it likes.
 pub(crate) fn exact() -> Config {
