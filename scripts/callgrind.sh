@@ -22,22 +22,27 @@ total_instructions() {
   callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }'
 }
 
-# The client bench binary (`benches/client/`): $CLIENT_BENCH if set, else the one cargo builds.
-# Prints nothing if there is none.
-client_bench() {
-  local bin=${CLIENT_BENCH:-}
+# For the scripts that run one cell of the client bench (`benches/client/`): reads their
+# arguments, [RUNTIME] [IN_FLIGHT] [CLIENT] [SIZE], into rt (default ct), in_flight (1),
+# client (A) and size (64); finds the bench binary (bin: $CLIENT_BENCH if set, else the one
+# cargo builds); names the function called once per request by the client (per_request:
+# keepwire submits each request to its pool once, the hand-written clients answer each with
+# one oneshot send); and makes a directory for callgrind's output (out), removed on exit.
+client_cell() {
+  rt=${1:-ct}
+  in_flight=${2:-1}
+  client=${3:-A}
+  size=${4:-64}
+  bin=${CLIENT_BENCH:-}
   if [ -z "$bin" ]; then
     bin=$(cargo bench -p keepwire-benches --bench client --no-run --message-format=json \
       2>/dev/null | sed -n 's/.*"executable":"\([^"]*client-[^"]*\)".*/\1/p' | tail -1)
   fi
-  if [ -x "$bin" ]; then echo "$bin"; fi
-}
-
-# The function called once per request by client $1: keepwire submits each request to its
-# pool once; the hand-written clients answer each with one oneshot send.
-per_request_call() {
-  case $1 in
-    A) echo 'Pool::submit' ;;
-    *) echo 'oneshot::Sender<T>::send' ;;
+  [ -x "$bin" ] || { echo "no client benchmark binary at '$bin'" >&2; exit 1; }
+  case $client in
+    A) per_request='Pool::submit' ;;
+    *) per_request='oneshot::Sender<T>::send' ;;
   esac
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
 }

@@ -16,18 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/callgrind.sh
 
-rt=${1:-ct}
-in_flight=${2:-1}
-client=${3:-A}
-size=${4:-64}
-
-bin=$(client_bench)
-[ -n "$bin" ] || { echo "no client benchmark binary (CLIENT_BENCH='${CLIENT_BENCH:-}')" >&2; exit 1; }
-
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-
-per_request=$(per_request_call "$client")
+client_cell "$@"
 
 # Two runs, of 1 s and 3 s: the difference leaves out what the process spends once (start-up,
 # warm-up, the bench's own report), which a single run would spread over however many

@@ -16,18 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/callgrind.sh
 
-rt=${1:-ct}
-in_flight=${2:-1}
-client=${3:-A}
-size=${4:-64}
-
-bin=$(client_bench)
-[ -n "$bin" ] || { echo "no client benchmark binary (CLIENT_BENCH='${CLIENT_BENCH:-}')" >&2; exit 1; }
-
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-
-per_request=$(per_request_call "$client")
+client_cell "$@"
 
 valgrind --tool=callgrind --dump-instr=yes --callgrind-out-file="$out/run" "$bin" --bench \
   rt="$rt" size="$size" inflight="$in_flight" clients="$client" rounds=1 ms=2000 \
