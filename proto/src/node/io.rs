@@ -226,10 +226,11 @@ impl Node {
     /// its [`ConnId`]: a `u32` is passed in a register, a `ConnId` (three fields) through
     /// memory, copied there by the caller.
     ///
-    /// `#[inline(always)]`: once `Outbound::hand_out`'s usual case was inlined here, this
-    /// was no longer inlined into `Pool::poll_transmit` and paid a call with registers of its
-    /// own to save (23 instructions per request).
-    #[inline(always)]
+    /// Inlined into `Pool::poll_transmit`, which has saved its registers already. A plain
+    /// hint does it: `#[inline(always)]`, needed when `Outbound::hand_out`'s usual case was
+    /// first inlined here, now gives the same code (`scripts/instructions.sh` 910 / 939 /
+    /// 979 / 984 with either; BENCHMARKS.md, "The code a request runs through").
+    #[inline]
     pub(crate) fn hand_out(
         &mut self,
         generation: u32,
