@@ -1,13 +1,15 @@
 //! The client API on real sockets, on every runtime: node commands (disable, enable with
 //! eviction, epoch change, removal), cancellation by dropping a send, a handshake that hangs
-//! past the setup deadline, shutdown ending everything (at once, or gracefully), and where a
-//! connection's answers are read into.
+//! past the setup deadline, shutdown ending everything (at once, or gracefully), where a
+//! connection's answers are read into, and protocol ids freed by requests that end unanswered.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use keepwire_driver::{
-    ClientBuilder, CommandError, Events, HandshakeIo, Runtime, SendError, Target,
+    ClientBuilder, Codec, CommandError, Correlation, Decoder, EncodeError, Events, HandshakeIo,
+    LengthPrefixed, Runtime, SendError, Target,
 };
 use keepwire_proto::{CloseReason, Event, EvictReason, NodeState, Phase, Sent, Unavailable};
 use keepwire_tests::peers::{Behaviour, FullAcceptQueue, Peer, RefusingPort};
@@ -147,6 +149,66 @@ async fn a_hanging_handshake_is_abandoned_at_the_setup_deadline(runtime: Arc<dyn
         took >= Duration::from_millis(300) && took < Duration::from_millis(1300),
         "{took:?}"
     );
+    client.shutdown().await;
+}
+
+/// keepwire's framing with protocol ids four bits wide: sixteen requests at most may hold one.
+#[derive(Debug)]
+struct SixteenIds;
+
+impl Codec for SixteenIds {
+    fn correlation(&self) -> Correlation {
+        Correlation::ById { bits: 4 }
+    }
+
+    fn encode(
+        &self,
+        payload: &[u8],
+        id: Option<u64>,
+        dst: &mut BytesMut,
+    ) -> Result<(), EncodeError> {
+        LengthPrefixed::default().encode(payload, id, dst)
+    }
+
+    fn decoder(&self) -> Box<dyn Decoder> {
+        LengthPrefixed::default().decoder()
+    }
+}
+
+/// A request's protocol id is free again once the request ends, answered or not: on a
+/// protocol with sixteen ids, forty requests in a row that reach their deadlines unsent (the
+/// handshake hangs, so they stay queued) each end `DeadlineExceeded`, and none is refused for
+/// want of an id.
+async fn the_ids_of_requests_that_end_unanswered_are_used_again(runtime: Arc<dyn Runtime>) {
+    let peer = Peer::start(Behaviour::Echo);
+    let hook = |io: HandshakeIo| async move {
+        std::future::pending::<()>().await;
+        Ok(io)
+    };
+    let mut config = test_config();
+    // However slow the machine, the connection is still being set up at the last request.
+    config.setup_timeout = Duration::from_secs(30);
+    config.setup_timeout_max = Duration::from_secs(30);
+    let client = ClientBuilder::new(config)
+        .node(peer.addr())
+        .codec(SixteenIds)
+        .handshake(hook)
+        .build(Arc::clone(&runtime))
+        .unwrap();
+    for i in 0..40 {
+        let outcome = client
+            .send(Target::Best, &b"hi"[..], Duration::from_millis(2))
+            .await;
+        assert_eq!(
+            outcome,
+            Err(SendError::DeadlineExceeded {
+                phase: Phase::Queued,
+                sent: Sent::Nothing,
+                retried: false,
+            }),
+            "request {i}"
+        );
+    }
     client.shutdown().await;
 }
 
@@ -399,5 +461,6 @@ test_on_every_runtime!(
     disable_enable_and_epoch_change_evict_cached_connections,
     dropping_a_send_cancels_its_request,
     a_hanging_handshake_is_abandoned_at_the_setup_deadline,
+    the_ids_of_requests_that_end_unanswered_are_used_again,
     shutdown_ends_every_pending_request_and_later_calls,
 );
