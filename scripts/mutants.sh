@@ -1,21 +1,32 @@
 #!/usr/bin/env bash
-# Mutation testing of keepwire-proto's core with cargo-mutants: each mutant (a function body
-# replaced, an operator flipped, a condition negated, ...) is built and proto's own tests
-# (unit and integration; not the doc tests) run against it. A mutant the tests do not catch
-# ("missed") is a gap in the tests, unless it is equivalent to the original code: those are
-# listed, each with its reason, in mutants-equivalent.txt and not counted against the score.
+# Mutation testing with cargo-mutants: each mutant (a function body replaced, an operator
+# flipped, a condition negated, ...) is built and tests run against it. A mutant the tests do
+# not catch ("missed") is a gap in the tests, unless it is equivalent to the original code:
+# those are listed, each with its reason, in mutants-equivalent.txt and not counted against
+# the score.
 #
-# Not run by CI: the whole core (967 mutants) takes about 2 h 45 min on 2 cores with
+# Two crates, chosen by MUTANTS_CRATE:
+#   proto   (default) keepwire-proto's core, against proto's own tests (unit and integration;
+#           not the doc tests).
+#   driver  keepwire-driver, in two passes: its own unit tests first (seconds per mutant),
+#           then every mutant they missed against the integration tests on real sockets
+#           (keepwire-tests: the tokio and smol runs of the suites that exercise the driver,
+#           about 20 s per mutant), since most of the driver is a future only a runtime runs.
+#
+# Not run by CI: the whole proto core (967 mutants) takes about 2 h 45 min on 2 cores with
 # MUTANTS_JOBS=2 (MUTATION.md); run the files a change touched.
 #
 # Usage: scripts/mutants.sh [FILE...]
-#   FILE...  proto source files to mutate (globs as cargo-mutants' --file takes them);
-#            default: the core (node/*.rs, pool/*.rs, outbound, timers and timers/keyed,
-#            select.rs and select/*.rs, backoff, requests).
+#   FILE...  source files to mutate (globs as cargo-mutants' --file takes them); default for
+#            proto: the core (node/*.rs, pool/*.rs, outbound, timers and timers/keyed,
+#            select.rs and select/*.rs, backoff, requests); for driver: the driver future and
+#            its children (driver.rs, driver/*.rs).
 # Environment:
+#   MUTANTS_CRATE proto (default) or driver
 #   MUTANTS_OUT   where cargo-mutants writes mutants.out/ and this script its report
-#                 (default target/mutants)
-#   MUTANTS_JOBS  mutants built and tested at once (default 1; each needs its own build)
+#                 (default target/mutants, or target/mutants-driver)
+#   MUTANTS_JOBS  mutants built and tested at once (default 1; each needs its own build; the
+#                 driver's second pass always runs one at a time, its tests use real timers)
 #   MUTANTS_REPORT_ONLY=1  skip the run; write the report again from $MUTANTS_OUT/mutants.out
 #                 (after editing mutants-equivalent.txt)
 #   MUTANTS_IN_DIFF  a diff (git diff BASE -- proto/src > FILE): only the mutants on lines it
@@ -29,20 +40,38 @@ if [ -z "${MUTANTS_REPORT_ONLY:-}" ] && ! command -v cargo-mutants >/dev/null 2>
   cargo install cargo-mutants --locked
 fi
 
+crate=${MUTANTS_CRATE:-proto}
 files=("$@")
-if [ ${#files[@]} -eq 0 ]; then
-  files=(
-    'proto/src/node/*.rs'
-    'proto/src/pool/*.rs'
-    proto/src/outbound.rs
-    proto/src/timers.rs
-    proto/src/timers/keyed.rs
-    proto/src/select.rs
-    'proto/src/select/*.rs'
-    proto/src/backoff.rs
-    proto/src/requests.rs
-  )
-fi
+case $crate in
+  proto)
+    package=keepwire-proto
+    default_out=target/mutants
+    if [ ${#files[@]} -eq 0 ]; then
+      files=(
+        'proto/src/node/*.rs'
+        'proto/src/pool/*.rs'
+        proto/src/outbound.rs
+        proto/src/timers.rs
+        proto/src/timers/keyed.rs
+        proto/src/select.rs
+        'proto/src/select/*.rs'
+        proto/src/backoff.rs
+        proto/src/requests.rs
+      )
+    fi
+    ;;
+  driver)
+    package=keepwire-driver
+    default_out=target/mutants-driver
+    if [ ${#files[@]} -eq 0 ]; then
+      files=(adapters/driver/src/driver.rs 'adapters/driver/src/driver/*.rs')
+    fi
+    ;;
+  *)
+    echo "MUTANTS_CRATE must be proto or driver, not '$crate'" >&2
+    exit 1
+    ;;
+esac
 file_args=()
 for file in "${files[@]}"; do
   file_args+=(--file "$file")
@@ -51,7 +80,7 @@ if [ -n "${MUTANTS_IN_DIFF:-}" ]; then
   file_args+=(--in-diff "$MUTANTS_IN_DIFF")
 fi
 
-out=${MUTANTS_OUT:-target/mutants}
+out=${MUTANTS_OUT:-$default_out}
 mkdir -p "$out"
 
 # An optimised test profile, defined here so that no manifest carries it: proto's tests (a
@@ -68,16 +97,43 @@ export CARGO_PROFILE_MUTANTS_INCREMENTAL=true
 # them do, so a longer floor costs minutes per second of it.
 export CARGO_MUTANTS_MINIMUM_TEST_TIMEOUT=${CARGO_MUTANTS_MINIMUM_TEST_TIMEOUT:-20}
 
+# The driver's second pass: the suites on real sockets that run the driver's paths (not those
+# that wait out kernel timers or real servers for seconds: keepalive, PostgreSQL, memcached,
+# heartbeats, availability), on tokio and smol (async-std's runs share smol's reactor code).
+# cargo-mutants tests only the mutated package (its --test-package did not take here,
+# 27.1.0), so keepwire-tests comes in as a second --package of cargo's own, built with the
+# mutant and filtered to those suites. A mutant that hangs a test is stopped at 60 s (the
+# suites take about 15 s).
+integration_filter='package(keepwire-tests) and not test(/on_async_std/) and binary(/^real_(client|batching|reads|faults|hostile|stream|wakeups|timer|metrics|tracing|panics|options|tls|load|names|tower|allocations)$/)'
+
+run_mutants() {
+  cargo mutants --package "$package" "${file_args[@]}" --profile mutants --output "$out" \
+    --no-shuffle "$@"
+}
+
 status=0
-[ -n "${MUTANTS_REPORT_ONLY:-}" ] || cargo mutants \
-  --package keepwire-proto \
-  "${file_args[@]}" \
-  --profile mutants \
-  --jobs "${MUTANTS_JOBS:-1}" \
-  --output "$out" \
-  --cargo-test-arg=--lib --cargo-test-arg=--tests \
-  --no-shuffle \
-  || status=$?
+if [ -z "${MUTANTS_REPORT_ONLY:-}" ]; then
+  rm -rf "$out/unit-tests"
+  case $crate in
+    proto)
+      run_mutants --jobs "${MUTANTS_JOBS:-1}" \
+        --cargo-test-arg=--lib --cargo-test-arg=--tests || status=$?
+      ;;
+    driver)
+      run_mutants --jobs "${MUTANTS_JOBS:-1}" --cargo-test-arg=--lib || status=$?
+      if [ "$status" -eq 2 ] || [ "$status" -eq 3 ]; then
+        status=0
+        # The second pass rewrites mutants.out with its own outcomes: the first pass's are
+        # kept in unit-tests/ for the report.
+        mkdir -p "$out/unit-tests"
+        cp "$out"/mutants.out/{caught,timeout,unviable}.txt "$out/unit-tests/"
+        # --iterate skips what the first pass caught or could not build.
+        run_mutants --jobs 1 --iterate --timeout 60 --test-tool nextest \
+          --cargo-arg=--package=keepwire-tests -- -E "$integration_filter" || status=$?
+      fi
+      ;;
+  esac
+fi
 # cargo-mutants exits 2 when some mutants were missed, 3 on timeouts: still a report to write.
 case $status in
   0 | 2 | 3) ;;
@@ -88,13 +144,9 @@ case $status in
 esac
 
 results="$out/mutants.out"
-count() {
-  if [ -f "$results/$1" ]; then
-    grep -c . "$results/$1" || true
-  else
-    echo 0
-  fi
-}
+# The outcome list $1 of the run, and of the driver's first pass when there was a second.
+outcomes() { cat "$results/$1" "$out/unit-tests/$1" 2>/dev/null || true; }
+count() { outcomes "$1" | grep -c . || true; }
 # "path:line:col: description" -> "path: description" (line numbers drift as code changes).
 strip_position() { sed -E 's/^([^:]+):[0-9]+:[0-9]+: /\1: /'; }
 
@@ -125,7 +177,7 @@ score=$(awk -v c=$((caught + timeout)) -v n=$scored 'BEGIN { printf "%.1f", n ? 
 # Per file: caught (with timeouts) over caught + timeouts + unexplained missed.
 per_file() {
   {
-    cat "$results/caught.txt" "$results/timeout.txt" 2>/dev/null | sed -E 's/^([^:]+):.*/\1 caught/'
+    { outcomes caught.txt; outcomes timeout.txt; } | sed -E 's/^([^:]+):.*/\1 caught/'
     printf '%s' "$unexplained" | sed -E 's/^([^:]+):.*/\1 missed/'
   } | awk '
     NF == 2 { n[$1]++; if ($2 == "caught") c[$1]++ }
@@ -134,7 +186,7 @@ per_file() {
 }
 
 {
-  echo "cargo-mutants on keepwire-proto: ${files[*]}"
+  echo "cargo-mutants on $package: ${files[*]}"
   echo "caught: $caught  missed: $missed (equivalent, per mutants-equivalent.txt: $equivalent_n)"
   echo "timeout: $timeout  unviable (did not build): $unviable"
   echo "score: $score % ($((caught + timeout)) of $scored viable, non-equivalent mutants caught)"
