@@ -1,12 +1,13 @@
 //! What a `metrics` recorder sees, on every runtime: the pool's counters as
 //! `keepwire_<field>_total`, per-node counters and gauges labelled with the node's address,
-//! nodes per state, and every gauge back to zero once the client stops. The recorder is the
-//! test thread's local default and every task runs on that thread.
+//! nodes per state, every gauge back to zero once the client stops, and a request's end
+//! refreshing its node's gauges by itself. The recorder is the test thread's local default
+//! and every task runs on that thread.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use keepwire_driver::{ClientBuilder, Runtime, SendError, Target};
+use keepwire_driver::{ClientBuilder, HandshakeIo, Runtime, SendError, Target};
 use keepwire_proto::CloseReason;
 use keepwire_tests::collect::CollectingRecorder;
 use keepwire_tests::peers::{Behaviour, Peer};
@@ -170,4 +171,55 @@ async fn counters_and_gauges_carry_the_documented_names_and_values(runtime: Arc<
     );
 }
 
-test_on_this_thread_on_every_runtime!(counters_and_gauges_carry_the_documented_names_and_values);
+/// A request that reaches its deadline queued (its node's handshake hangs, so nothing is
+/// written or read meanwhile) takes its bytes out of its node's gauges as it ends: the end of
+/// a request refreshes them by itself.
+async fn a_request_ending_queued_leaves_the_gauges(runtime: Arc<dyn Runtime>) {
+    let recorder = CollectingRecorder::default();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let peer = Peer::start(Behaviour::Echo);
+    let hook = |io: HandshakeIo| async move {
+        std::future::pending::<()>().await;
+        Ok(io)
+    };
+    let mut config = test_config();
+    config.setup_timeout = Duration::from_secs(30);
+    config.setup_timeout_max = Duration::from_secs(30);
+    let client = ClientBuilder::new(config)
+        .node(peer.addr())
+        .handshake(hook)
+        .build(Arc::clone(&runtime))
+        .unwrap();
+    let label = peer.addr().to_string();
+    let node = [("node", label.as_str())];
+    let queued = spawn(&*runtime, {
+        let client = client.clone();
+        async move {
+            client
+                .send(Target::Best, vec![7u8; 1000], Duration::from_millis(400))
+                .await
+        }
+    });
+    sleep(&*runtime, Duration::from_millis(100)).await;
+    client.counters().await.unwrap(); // one more driver poll: the metrics are flushed
+    let pending = recorder.gauge("keepwire_node_pending_bytes", &node);
+    assert!(pending.is_some_and(|bytes| bytes >= 1000.0), "{pending:?}");
+    let ended = within(&*runtime, Duration::from_secs(3), queued.join())
+        .await
+        .expect("the deadline ends the request");
+    assert!(
+        matches!(ended, Err(SendError::DeadlineExceeded { .. })),
+        "{ended:?}"
+    );
+    client.counters().await.unwrap();
+    assert_eq!(
+        recorder.gauge("keepwire_node_pending_bytes", &node),
+        Some(0.0)
+    );
+    client.shutdown().await;
+}
+
+test_on_this_thread_on_every_runtime!(
+    counters_and_gauges_carry_the_documented_names_and_values,
+    a_request_ending_queued_leaves_the_gauges,
+);
