@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use keepwire_driver::{ClientBuilder, HandshakeIo, Runtime, SendError, Target};
 use keepwire_proto::CloseReason;
-use keepwire_tests::collect::CollectingRecorder;
+use keepwire_tests::collect::{CollectingRecorder, CollectingSubscriber};
 use keepwire_tests::peers::{Behaviour, Peer};
 use keepwire_tests::{sleep, spawn, test_config, test_on_this_thread_on_every_runtime, within};
 
@@ -175,8 +175,19 @@ async fn counters_and_gauges_carry_the_documented_names_and_values(runtime: Arc<
 /// written or read meanwhile) takes its bytes out of its node's gauges as it ends: the end of
 /// a request refreshes them by itself.
 async fn a_request_ending_queued_leaves_the_gauges(runtime: Arc<dyn Runtime>) {
+    request_ending_queued(runtime, false).await;
+}
+
+/// The same while a subscriber wants every request's trace (a request's end then takes the
+/// driver's other path, through the whole event).
+async fn a_request_ending_queued_leaves_the_gauges_when_traced(runtime: Arc<dyn Runtime>) {
+    request_ending_queued(runtime, true).await;
+}
+
+async fn request_ending_queued(runtime: Arc<dyn Runtime>, traced: bool) {
     let recorder = CollectingRecorder::default();
     let _local = metrics::set_default_local_recorder(&recorder);
+    let _traced = traced.then(|| tracing::subscriber::set_default(CollectingSubscriber::default()));
     let peer = Peer::start(Behaviour::Echo);
     let hook = |io: HandshakeIo| async move {
         std::future::pending::<()>().await;
@@ -222,4 +233,5 @@ async fn a_request_ending_queued_leaves_the_gauges(runtime: Arc<dyn Runtime>) {
 test_on_this_thread_on_every_runtime!(
     counters_and_gauges_carry_the_documented_names_and_values,
     a_request_ending_queued_leaves_the_gauges,
+    a_request_ending_queued_leaves_the_gauges_when_traced,
 );
