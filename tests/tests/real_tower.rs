@@ -1,8 +1,8 @@
 //! `ClientService` as a `tower::Service`, on every runtime: its readiness is keepwire's own
 //! back-pressure, so a load-shed layer refuses requests at once while the node's connection
 //! is above its high watermark (nothing reaches keepwire), and `poll_ready` waits out an
-//! in-flight limit, a reconnect backoff or a final failure's backoff and wakes when keepwire can
-//! take a request again.
+//! in-flight limit, a reconnect backoff, a final failure's backoff or a node disabled by the
+//! application, and wakes when keepwire can take a request again.
 
 use std::future::poll_fn;
 use std::sync::Arc;
@@ -187,6 +187,43 @@ async fn poll_ready_waits_out_the_in_flight_limit_and_wakes_when_a_slot_frees(
     client.shutdown().await;
 }
 
+/// A node the application disabled takes no request, and a service pinned to it says so at
+/// once (`NoNode`), until the node is enabled again.
+async fn poll_ready_waits_while_the_node_is_disabled(runtime: Arc<dyn Runtime>) {
+    let peer = Peer::start(Behaviour::Echo);
+    let client = ClientBuilder::new(test_config())
+        .node(peer.addr())
+        .build(Arc::clone(&runtime))
+        .unwrap();
+    let node = client.initial_nodes()[0];
+    let mut service = client
+        .service(Target::Node(node), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let ping = service.call(&b"ping"[..]).await;
+    assert_eq!(ping.as_deref(), Ok(&b"ping"[..]));
+    client.disable_node(node).await.unwrap();
+    assert_eq!(service.backpressure(), Some(Backpressure::NoNode));
+    let waiting = within(
+        &*runtime,
+        Duration::from_millis(200),
+        poll_fn(|cx| service.poll_ready(cx)),
+    )
+    .await;
+    assert_eq!(waiting, None, "not ready while the node is disabled");
+    client.enable_node(node).await.unwrap();
+    let ready = within(
+        &*runtime,
+        Duration::from_secs(2),
+        poll_fn(|cx| service.poll_ready(cx)),
+    )
+    .await;
+    assert_eq!(ready, Some(Ok(())), "ready once the node is enabled");
+    let answer = service.call(&b"after"[..]).await;
+    assert_eq!(answer.as_deref(), Ok(&b"after"[..]));
+    client.shutdown().await;
+}
+
 /// `service` is not ready (`NoNode`) while a backoff that began at `since` runs, and its
 /// `poll_ready` wakes once the backoff ends: no sooner than `at_least_ms` after `since`.
 async fn blocked_until_the_backoff_ends(
@@ -277,4 +314,5 @@ test_on_every_runtime!(
     poll_ready_waits_out_the_in_flight_limit_and_wakes_when_a_slot_frees,
     poll_ready_for_the_best_node_waits_out_a_reconnect_backoff,
     poll_ready_for_a_node_waits_out_a_final_failures_backoff,
+    poll_ready_waits_while_the_node_is_disabled,
 );
