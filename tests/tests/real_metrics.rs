@@ -1,7 +1,7 @@
 //! What a `metrics` recorder sees, on every runtime: the pool's counters as
 //! `keepwire_<field>_total`, per-node counters and gauges labelled with the node's address,
-//! nodes per state, every gauge back to zero once the client stops, and a request's end
-//! refreshing its node's gauges by itself. The recorder is the test thread's local default
+//! nodes per state, every gauge back to zero once the client stops or a node is removed, and
+//! a request's end refreshing its node's gauges by itself. The recorder is the test thread's local default
 //! and every task runs on that thread.
 
 use std::sync::Arc;
@@ -171,6 +171,50 @@ async fn counters_and_gauges_carry_the_documented_names_and_values(runtime: Arc<
     );
 }
 
+/// A removed node leaves the gauges: it is counted in no state, and its own state gauge is
+/// back to zero, while the client and its other node carry on.
+async fn a_removed_node_leaves_the_gauges(runtime: Arc<dyn Runtime>) {
+    let recorder = CollectingRecorder::default();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let (removed, kept) = (Peer::start(Behaviour::Echo), Peer::start(Behaviour::Echo));
+    let client = ClientBuilder::new(test_config())
+        .node(removed.addr())
+        .node(kept.addr())
+        .build(Arc::clone(&runtime))
+        .unwrap();
+    let [a, b] = [client.initial_nodes()[0], client.initial_nodes()[1]];
+    for node in [a, b] {
+        let answer = client
+            .send(Target::Node(node), &b"ping"[..], Duration::from_secs(5))
+            .await;
+        assert!(answer.is_ok(), "{answer:?}");
+    }
+    client.counters().await.unwrap(); // one more driver poll: the metrics are flushed
+    let label = removed.addr().to_string();
+    let ready_a = [("node", label.as_str()), ("state", "ready")];
+    assert_eq!(recorder.gauge("keepwire_node_state", &ready_a), Some(1.0));
+    assert_eq!(
+        recorder.gauge("keepwire_nodes", &[("state", "ready")]),
+        Some(2.0)
+    );
+
+    client.remove_node(a).await.unwrap();
+    client.counters().await.unwrap();
+    for state in ["disconnected", "connecting", "closed"] {
+        let at = [("node", label.as_str()), ("state", state)];
+        let gauge = recorder.gauge("keepwire_node_state", &at);
+        assert!(matches!(gauge, None | Some(0.0)), "{state}: {gauge:?}");
+        let count = recorder.gauge("keepwire_nodes", &[("state", state)]);
+        assert!(matches!(count, None | Some(0.0)), "{state}: {count:?}");
+    }
+    assert_eq!(recorder.gauge("keepwire_node_state", &ready_a), Some(0.0));
+    assert_eq!(
+        recorder.gauge("keepwire_nodes", &[("state", "ready")]),
+        Some(1.0)
+    );
+    client.shutdown().await;
+}
+
 /// A request that reaches its deadline queued (its node's handshake hangs, so nothing is
 /// written or read meanwhile) takes its bytes out of its node's gauges as it ends: the end of
 /// a request refreshes them by itself.
@@ -232,6 +276,7 @@ async fn request_ending_queued(runtime: Arc<dyn Runtime>, traced: bool) {
 
 test_on_this_thread_on_every_runtime!(
     counters_and_gauges_carry_the_documented_names_and_values,
+    a_removed_node_leaves_the_gauges,
     a_request_ending_queued_leaves_the_gauges,
     a_request_ending_queued_leaves_the_gauges_when_traced,
 );
