@@ -304,3 +304,143 @@ impl From<io::Error> for HandshakeError {
         Self::failed(e.to_string())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::io::IoSlice;
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+    use std::pin::pin;
+    use std::sync::Mutex;
+    use std::task::{Context, Poll, Waker};
+
+    use keepwire_proto::{Config, Instant, Pool};
+
+    use super::*;
+
+    /// A stream that never blocks: a read hands out at most `piece` bytes of `incoming` (then
+    /// end of stream), a write takes at most `piece` bytes (none at all with `piece` 0) into
+    /// `written`. The socket is a real one, for [`IoStream::socket`] only.
+    #[derive(Debug)]
+    struct Pieces {
+        socket: TcpStream,
+        _peer: TcpStream,
+        piece: usize,
+        incoming: VecDeque<u8>,
+        written: Arc<Mutex<Vec<u8>>>,
+    }
+
+    impl IoStream for Pieces {
+        fn poll_read(&mut self, _: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+            let n = buf.len().min(self.piece).min(self.incoming.len());
+            for (slot, byte) in buf.iter_mut().zip(self.incoming.drain(..n)) {
+                *slot = byte;
+            }
+            Poll::Ready(Ok(n))
+        }
+
+        fn poll_write(&mut self, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+            let n = buf.len().min(self.piece);
+            self.written.lock().unwrap().extend_from_slice(&buf[..n]);
+            Poll::Ready(Ok(n))
+        }
+
+        fn poll_write_vectored(
+            &mut self,
+            cx: &mut Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            let first = bufs
+                .iter()
+                .find(|b| !b.is_empty())
+                .map_or(&[][..], |b| &**b);
+            self.poll_write(cx, first)
+        }
+
+        fn socket(&self) -> SocketRef<'_> {
+            SocketRef::new(&self.socket)
+        }
+    }
+
+    /// A handshake's stream over [`Pieces`], and what is written to it.
+    fn lend(piece: usize, incoming: &[u8]) -> (HandshakeIo, Arc<Mutex<Vec<u8>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let socket = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (peer, _) = listener.accept().unwrap();
+        let written = Arc::default();
+        let stream = Pieces {
+            socket,
+            _peer: peer,
+            piece,
+            incoming: incoming.iter().copied().collect(),
+            written: Arc::clone(&written),
+        };
+        (HandshakeIo::new(a_conn(), Box::new(stream)), written)
+    }
+
+    /// A connection id (only a pool makes them).
+    fn a_conn() -> ConnId {
+        let now = Instant::from_secs(1);
+        let mut pool = Pool::new(Config::default(), now).unwrap();
+        let node = pool.add_node(now, SocketAddr::from(([127, 0, 0, 1], 1)));
+        let _ = pool.connect(now, node);
+        pool.current_conn(node).expect("a node connects once added")
+    }
+
+    /// Runs `future` to its end; it never waits (the stream never blocks).
+    fn run<T>(future: impl Future<Output = T>) -> T {
+        match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(out) => out,
+            Poll::Pending => panic!("waited on a stream that never blocks"),
+        }
+    }
+
+    #[test]
+    fn read_exact_gathers_short_reads_and_reports_an_early_end() {
+        let (mut io, _) = lend(3, b"hello world");
+        let mut buf = [0u8; 11];
+        run(io.read_exact(&mut buf)).unwrap();
+        assert_eq!(&buf, b"hello world");
+
+        let (mut io, _) = lend(3, b"abc");
+        let mut buf = [0u8; 5];
+        let early = run(io.read_exact(&mut buf)).unwrap_err();
+        assert_eq!(early.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn read_returns_what_one_read_of_the_stream_gives() {
+        let (mut io, _) = lend(3, b"hello");
+        let mut buf = [0u8; 8];
+        assert_eq!(run(io.read(&mut buf)).unwrap(), 3);
+        assert_eq!(&buf[..3], b"hel");
+        assert_eq!(run(io.read(&mut buf)).unwrap(), 2);
+        assert_eq!(&buf[..2], b"lo");
+        assert_eq!(run(io.read(&mut buf)).unwrap(), 0, "end of stream");
+    }
+
+    #[test]
+    fn write_all_gathers_short_writes_and_refuses_a_stream_that_takes_nothing() {
+        let (mut io, written) = lend(2, b"");
+        run(io.write_all(b"hello")).unwrap();
+        assert_eq!(&written.lock().unwrap()[..], b"hello");
+
+        let (mut io, written) = lend(0, b"");
+        let refused = run(io.write_all(b"hello")).unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::WriteZero);
+        run(io.write_all(b"")).unwrap();
+        assert!(written.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_host_is_a_named_nodes_name_and_an_upgrade_keeps_it() {
+        let (io, _) = lend(1, b"");
+        assert_eq!(io.host(), None, "a node added by address");
+        let conn = io.conn();
+        let io = io.with_host(Some("db.example".into()));
+        assert_eq!(io.host(), Some("db.example"));
+        let upgraded = run(io.upgrade(|stream| async move { Ok(stream) })).unwrap();
+        assert_eq!(upgraded.host(), Some("db.example"));
+        assert_eq!(upgraded.conn(), conn);
+    }
+}
