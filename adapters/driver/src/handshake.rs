@@ -433,6 +433,41 @@ mod tests {
     }
 
     #[test]
+    fn an_error_says_its_kind_whether_it_is_final_and_its_message() {
+        let cases = [
+            (
+                HandshakeError::auth("bad password"),
+                HandshakeErrorKind::Auth,
+            ),
+            (
+                HandshakeError::certificate("expired"),
+                HandshakeErrorKind::Certificate,
+            ),
+            (HandshakeError::failed("reset"), HandshakeErrorKind::Failed),
+        ];
+        for (error, kind) in cases {
+            assert_eq!(error.kind(), kind);
+            assert_eq!(error.is_auth(), kind == HandshakeErrorKind::Auth, "{error}");
+            assert_eq!(
+                error.is_certificate(),
+                kind == HandshakeErrorKind::Certificate,
+                "{error}"
+            );
+            assert_eq!(
+                error.is_final(),
+                kind != HandshakeErrorKind::Failed,
+                "{error}"
+            );
+        }
+        let error = HandshakeError::certificate("expired");
+        assert_eq!(error.message(), "expired");
+        assert_eq!(error.to_string(), "certificate rejected: expired");
+        let from_io = HandshakeError::from(io::Error::other("boom"));
+        assert_eq!(from_io.kind(), HandshakeErrorKind::Failed);
+        assert_eq!(from_io.message(), "boom");
+    }
+
+    #[test]
     fn the_host_is_a_named_nodes_name_and_an_upgrade_keeps_it() {
         let (io, _) = lend(1, b"");
         assert_eq!(io.host(), None, "a node added by address");
