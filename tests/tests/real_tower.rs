@@ -204,6 +204,15 @@ async fn poll_ready_waits_while_the_node_is_disabled(runtime: Arc<dyn Runtime>) 
     assert_eq!(ping.as_deref(), Ok(&b"ping"[..]));
     client.disable_node(node).await.unwrap();
     assert_eq!(service.backpressure(), Some(Backpressure::NoNode));
+    assert_eq!(
+        (service.target(), service.timeout()),
+        (Target::Node(node), Duration::from_secs(5))
+    );
+    let shown = format!("{service:?}");
+    assert!(
+        shown.starts_with("ClientService") && shown.contains("NoNode"),
+        "{shown}"
+    );
     let waiting = within(
         &*runtime,
         Duration::from_millis(200),

@@ -209,3 +209,18 @@ impl tower_service::Service<Bytes> for ClientService {
         ClientService::call(self, payload)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backpressure_displays_what_a_send_would_meet() {
+        assert_eq!(Backpressure::NotWritable.to_string(), "not writable");
+        assert_eq!(
+            Backpressure::InFlightLimit.to_string(),
+            "in-flight limit reached"
+        );
+        assert_eq!(Backpressure::NoNode.to_string(), "no node available");
+    }
+}
