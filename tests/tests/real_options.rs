@@ -1,7 +1,8 @@
 //! Socket options on real connections, on every runtime: what keepwire asked for is what the
 //! kernel reports (read back with `getsockopt` through socket2's `SockRef`, both from the
 //! handshake hook and from the driver's per-connection query), and an option the kernel
-//! would not take is reported, never silent. Also the handshake hook's failure path.
+//! would not take is reported, never silent, once per connection, for a node added by
+//! address or by name. Also the handshake hook's failure path.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,7 +11,8 @@ use keepwire_driver::{
     ClientBuilder, ClientEvent, HandshakeError, HandshakeIo, NotApplied, Runtime, SendError,
     SocketOption, Target,
 };
-use keepwire_proto::{CloseReason, Keepalive, Sent};
+use keepwire_proto::{CloseReason, Endpoint, Keepalive, Sent};
+use keepwire_tests::names::Names;
 use keepwire_tests::peers::{Behaviour, Peer};
 use keepwire_tests::{test_config, test_on_every_runtime, within};
 
@@ -109,11 +111,30 @@ async fn configured_options_read_back_after_connect(runtime: Arc<dyn Runtime>) {
 }
 
 async fn an_option_the_kernel_caps_is_reported(runtime: Arc<dyn Runtime>) {
+    an_option_the_kernel_caps(runtime, false).await;
+}
+
+/// As above for a node added by name: its socket is made for the address that answers, and
+/// the report comes once that one connected.
+async fn an_option_the_kernel_caps_is_reported_for_a_named_node(runtime: Arc<dyn Runtime>) {
+    an_option_the_kernel_caps(runtime, true).await;
+}
+
+async fn an_option_the_kernel_caps(runtime: Arc<dyn Runtime>, by_name: bool) {
+    const NAME: &str = "options.keepwire.test";
     let peer = Peer::start(Behaviour::Echo);
     let mut config = test_config();
     config.socket.send_buffer_size = Some(u32::MAX / 2);
+    let names = Names::new();
+    names.set(NAME, &[peer.addr()]);
+    let endpoint = if by_name {
+        Endpoint::name(NAME, peer.addr().port()).unwrap()
+    } else {
+        Endpoint::from(peer.addr())
+    };
     let client = ClientBuilder::new(config)
-        .node(peer.addr())
+        .node(endpoint)
+        .resolver(names)
         .build(Arc::clone(&runtime))
         .unwrap();
     let mut events = client.subscribe();
@@ -151,6 +172,12 @@ async fn an_option_the_kernel_caps_is_reported(runtime: Arc<dyn Runtime>) {
         "the per-connection query keeps the report"
     );
     client.shutdown().await;
+    while let Some(event) = events.recv().await {
+        assert!(
+            !matches!(event, ClientEvent::SocketOptions { .. }),
+            "one report per connection: {event:?}"
+        );
+    }
 }
 
 async fn a_failing_handshake_ends_requests_typed(runtime: Arc<dyn Runtime>) {
@@ -191,5 +218,6 @@ async fn a_failing_handshake_ends_requests_typed(runtime: Arc<dyn Runtime>) {
 test_on_every_runtime!(
     configured_options_read_back_after_connect,
     an_option_the_kernel_caps_is_reported,
+    an_option_the_kernel_caps_is_reported_for_a_named_node,
     a_failing_handshake_ends_requests_typed,
 );
