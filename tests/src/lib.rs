@@ -31,7 +31,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant as WallClock};
 
 use bytes::Bytes;
-use keepwire_driver::{Client, ClientEvent, Events, Runtime, SendError, Target, sleep_until};
+use keepwire_driver::{
+    Client, ClientEvent, Events, HandshakeError, HandshakeIo, Runtime, SendError, Target,
+    sleep_until,
+};
 use keepwire_proto::{Config, Event};
 
 pub use netns::{Netns, NetnsError, in_private_netns};
@@ -268,6 +271,13 @@ pub fn test_config() -> Config {
     config.quarantine_after_failures = 1000;
     config.quarantine_after_timeouts = 1000;
     config
+}
+
+/// A handshake hook that never finishes: the connection stays in its setup until the setup
+/// deadline, and the requests sent meanwhile wait queued.
+pub async fn endless_handshake(io: HandshakeIo) -> Result<HandshakeIo, HandshakeError> {
+    std::future::pending::<()>().await;
+    Ok(io)
 }
 
 /// Instantiates each listed `async fn case(runtime: Arc<dyn Runtime>)` as a `#[test]` on

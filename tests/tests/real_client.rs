@@ -8,13 +8,14 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use keepwire_driver::{
-    ClientBuilder, Codec, CommandError, Correlation, Decoder, EncodeError, Events, HandshakeIo,
-    LengthPrefixed, Runtime, SendError, Target,
+    ClientBuilder, Codec, CommandError, Correlation, Decoder, EncodeError, Events, LengthPrefixed,
+    Runtime, SendError, Target,
 };
 use keepwire_proto::{CloseReason, Event, EvictReason, NodeState, Phase, Sent, Unavailable};
 use keepwire_tests::peers::{Behaviour, FullAcceptQueue, Peer, RefusingPort};
 use keepwire_tests::{
-    send_held, sleep, spawn, test_config, test_on_every_runtime, until_read, wait_for, within,
+    endless_handshake, send_held, sleep, spawn, test_config, test_on_every_runtime, until_read,
+    wait_for, within,
 };
 
 /// The reason of the next eviction event, within 1 s.
@@ -123,13 +124,9 @@ async fn dropping_a_send_cancels_its_request(runtime: Arc<dyn Runtime>) {
 
 async fn a_hanging_handshake_is_abandoned_at_the_setup_deadline(runtime: Arc<dyn Runtime>) {
     let peer = Peer::start(Behaviour::Echo);
-    let hook = |io: HandshakeIo| async move {
-        std::future::pending::<()>().await;
-        Ok(io)
-    };
     let client = ClientBuilder::new(test_config())
         .node(peer.addr())
-        .handshake(hook)
+        .handshake(endless_handshake)
         .build(Arc::clone(&runtime))
         .unwrap();
     let started = std::time::Instant::now();
@@ -181,10 +178,6 @@ impl Codec for SixteenIds {
 /// want of an id.
 async fn the_ids_of_requests_that_end_unanswered_are_used_again(runtime: Arc<dyn Runtime>) {
     let peer = Peer::start(Behaviour::Echo);
-    let hook = |io: HandshakeIo| async move {
-        std::future::pending::<()>().await;
-        Ok(io)
-    };
     let mut config = test_config();
     // However slow the machine, the connection is still being set up at the last request.
     config.setup_timeout = Duration::from_secs(30);
@@ -192,7 +185,7 @@ async fn the_ids_of_requests_that_end_unanswered_are_used_again(runtime: Arc<dyn
     let client = ClientBuilder::new(config)
         .node(peer.addr())
         .codec(SixteenIds)
-        .handshake(hook)
+        .handshake(endless_handshake)
         .build(Arc::clone(&runtime))
         .unwrap();
     for i in 0..40 {

@@ -7,11 +7,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use keepwire_driver::{ClientBuilder, HandshakeIo, Runtime, SendError, Target};
+use keepwire_driver::{ClientBuilder, Runtime, SendError, Target};
 use keepwire_proto::CloseReason;
 use keepwire_tests::collect::{CollectingRecorder, CollectingSubscriber};
 use keepwire_tests::peers::{Behaviour, Peer};
-use keepwire_tests::{sleep, spawn, test_config, test_on_this_thread_on_every_runtime, within};
+use keepwire_tests::{
+    endless_handshake, sleep, spawn, test_config, test_on_this_thread_on_every_runtime, within,
+};
 
 async fn counters_and_gauges_carry_the_documented_names_and_values(runtime: Arc<dyn Runtime>) {
     let recorder = CollectingRecorder::default();
@@ -233,16 +235,12 @@ async fn request_ending_queued(runtime: Arc<dyn Runtime>, traced: bool) {
     let _local = metrics::set_default_local_recorder(&recorder);
     let _traced = traced.then(|| tracing::subscriber::set_default(CollectingSubscriber::default()));
     let peer = Peer::start(Behaviour::Echo);
-    let hook = |io: HandshakeIo| async move {
-        std::future::pending::<()>().await;
-        Ok(io)
-    };
     let mut config = test_config();
     config.setup_timeout = Duration::from_secs(30);
     config.setup_timeout_max = Duration::from_secs(30);
     let client = ClientBuilder::new(config)
         .node(peer.addr())
-        .handshake(hook)
+        .handshake(endless_handshake)
         .build(Arc::clone(&runtime))
         .unwrap();
     let label = peer.addr().to_string();
