@@ -308,7 +308,6 @@ impl From<io::Error> for HandshakeError {
 #[cfg(test)]
 mod tests {
     use std::collections::VecDeque;
-    use std::io::IoSlice;
     use std::net::{SocketAddr, TcpListener, TcpStream};
     use std::pin::pin;
     use std::sync::Mutex;
@@ -343,18 +342,6 @@ mod tests {
             let n = buf.len().min(self.piece);
             self.written.lock().unwrap().extend_from_slice(&buf[..n]);
             Poll::Ready(Ok(n))
-        }
-
-        fn poll_write_vectored(
-            &mut self,
-            cx: &mut Context<'_>,
-            bufs: &[IoSlice<'_>],
-        ) -> Poll<io::Result<usize>> {
-            let first = bufs
-                .iter()
-                .find(|b| !b.is_empty())
-                .map_or(&[][..], |b| &**b);
-            self.poll_write(cx, first)
         }
 
         fn socket(&self) -> SocketRef<'_> {
