@@ -401,6 +401,112 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_error_has_the_io_kind_its_doc_names() {
+        use io::ErrorKind as K;
+        let (sent, retried) = (Sent::Nothing, false);
+        let lost = |cause| SendError::ConnectionLost {
+            cause,
+            sent,
+            retried,
+        };
+        let cases = [
+            (SendError::NotWritable, K::WouldBlock),
+            (SendError::MemoryBudget, K::WouldBlock),
+            (SendError::InFlightLimit, K::WouldBlock),
+            (
+                SendError::NodeUnavailable(Unavailable::Disabled),
+                K::NotConnected,
+            ),
+            (SendError::NoNode { all_full: false }, K::NotConnected),
+            (SendError::StaleNode, K::NotConnected),
+            (
+                SendError::DeadlineExceeded {
+                    phase: Phase::Queued,
+                    sent,
+                    retried,
+                },
+                K::TimedOut,
+            ),
+            (lost(CloseReason::Io(Failure::Reset)), K::ConnectionReset),
+            (
+                lost(CloseReason::ConnectFailed(Failure::Refused)),
+                K::ConnectionRefused,
+            ),
+            (lost(CloseReason::Io(Failure::PeerClosed)), K::UnexpectedEof),
+            (
+                lost(CloseReason::ConnectFailed(Failure::Unreachable)),
+                K::HostUnreachable,
+            ),
+            (
+                lost(CloseReason::Io(Failure::Unreachable)),
+                K::HostUnreachable,
+            ),
+            (lost(CloseReason::HandshakeFailed), K::ConnectionAborted),
+            (
+                SendError::Evicted {
+                    reason: EvictReason::Readmitted,
+                    sent,
+                    retried,
+                },
+                K::ConnectionAborted,
+            ),
+            (SendError::Shutdown, K::ConnectionAborted),
+            (
+                SendError::Protocol {
+                    violation: Violation::Undecodable,
+                    sent,
+                    retried,
+                },
+                K::InvalidData,
+            ),
+            (
+                SendError::Encode(EncodeError::Invalid("too long".into())),
+                K::InvalidInput,
+            ),
+            (SendError::Cancelled, K::Interrupted),
+            (
+                SendError::Other {
+                    outcome: "unknown".into(),
+                    sent,
+                    retried,
+                },
+                K::Other,
+            ),
+        ];
+        for (error, kind) in cases {
+            assert_eq!(error.io_kind(), kind, "{error}");
+            let as_io = io::Error::from(error.clone());
+            assert_eq!(as_io.kind(), kind, "{error}");
+            let source = as_io.get_ref().and_then(|e| e.downcast_ref::<SendError>());
+            assert_eq!(source, Some(&error), "the typed error comes back");
+        }
+    }
+
+    #[test]
+    fn a_deadline_says_where_the_request_was_and_what_was_sent() {
+        let text = |phase, sent, retried| {
+            SendError::DeadlineExceeded {
+                phase,
+                sent,
+                retried,
+            }
+            .to_string()
+        };
+        assert_eq!(
+            text(Phase::Queued, Sent::Nothing, false),
+            "deadline exceeded (queued, never sent)"
+        );
+        assert_eq!(
+            text(Phase::InFlight, Sent::Partly, false),
+            "deadline exceeded (in flight, partly sent)"
+        );
+        assert_eq!(
+            text(Phase::InFlight, Sent::Fully, true),
+            "deadline exceeded (in flight, fully sent, retried once)"
+        );
+    }
+
+    #[test]
     fn final_errors_say_so_with_their_reason() {
         let lost = |cause| SendError::ConnectionLost {
             cause,
