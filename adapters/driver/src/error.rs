@@ -369,30 +369,21 @@ pub enum CommandError {
     Shutdown,
 }
 
-/// Maps a socket error to the keepwire failure it means.
+/// Maps a socket error to the keepwire failure it means, by its kind (the standard library
+/// gives an error from the OS the kind of its errno: `ECONNREFUSED` is `ConnectionRefused`,
+/// `EPIPE` is `BrokenPipe`, `ENETDOWN` is `NetworkDown`, ...).
 pub fn failure_of(error: &io::Error) -> Failure {
     match error.kind() {
-        io::ErrorKind::ConnectionRefused => return Failure::Refused,
-        io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted => return Failure::Reset,
-        io::ErrorKind::TimedOut => return Failure::TimedOut,
-        io::ErrorKind::UnexpectedEof | io::ErrorKind::BrokenPipe => return Failure::PeerClosed,
-        io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable => {
-            return Failure::Unreachable;
-        }
-        _ => {}
-    }
-    #[cfg(unix)]
-    match error.raw_os_error() {
-        Some(libc::ECONNREFUSED) => return Failure::Refused,
-        Some(libc::ECONNRESET | libc::ECONNABORTED | libc::EPIPE) => return Failure::Reset,
-        Some(libc::ETIMEDOUT) => return Failure::TimedOut,
-        Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::ENETDOWN) => {
-            return Failure::Unreachable;
-        }
-        _ => {}
-    }
-    Failure::Other {
-        errno: error.raw_os_error(),
+        io::ErrorKind::ConnectionRefused => Failure::Refused,
+        io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted => Failure::Reset,
+        io::ErrorKind::TimedOut => Failure::TimedOut,
+        io::ErrorKind::UnexpectedEof | io::ErrorKind::BrokenPipe => Failure::PeerClosed,
+        io::ErrorKind::HostUnreachable
+        | io::ErrorKind::NetworkUnreachable
+        | io::ErrorKind::NetworkDown => Failure::Unreachable,
+        _ => Failure::Other {
+            errno: error.raw_os_error(),
+        },
     }
 }
 
@@ -565,28 +556,38 @@ mod tests {
         let cases = [
             (io::ErrorKind::ConnectionRefused, Failure::Refused),
             (io::ErrorKind::ConnectionReset, Failure::Reset),
+            (io::ErrorKind::ConnectionAborted, Failure::Reset),
             (io::ErrorKind::TimedOut, Failure::TimedOut),
             (io::ErrorKind::UnexpectedEof, Failure::PeerClosed),
+            (io::ErrorKind::BrokenPipe, Failure::PeerClosed),
+            (io::ErrorKind::HostUnreachable, Failure::Unreachable),
+            (io::ErrorKind::NetworkUnreachable, Failure::Unreachable),
+            (io::ErrorKind::NetworkDown, Failure::Unreachable),
+            (io::ErrorKind::OutOfMemory, Failure::Other { errno: None }),
         ];
         for (kind, failure) in cases {
-            assert_eq!(failure_of(&io::Error::from(kind)), failure);
+            assert_eq!(failure_of(&io::Error::from(kind)), failure, "{kind:?}");
         }
+        // The errors the kernel gives, by their errno.
         #[cfg(unix)]
-        {
-            assert_eq!(
-                failure_of(&io::Error::from_raw_os_error(libc::ETIMEDOUT)),
-                Failure::TimedOut
-            );
-            assert_eq!(
-                failure_of(&io::Error::from_raw_os_error(libc::ENETDOWN)),
-                Failure::Unreachable
-            );
-            assert_eq!(
-                failure_of(&io::Error::from_raw_os_error(libc::EMFILE)),
+        for (errno, failure) in [
+            (libc::ECONNREFUSED, Failure::Refused),
+            (libc::ECONNRESET, Failure::Reset),
+            (libc::ECONNABORTED, Failure::Reset),
+            (libc::ETIMEDOUT, Failure::TimedOut),
+            (libc::EPIPE, Failure::PeerClosed),
+            (libc::EHOSTUNREACH, Failure::Unreachable),
+            (libc::ENETUNREACH, Failure::Unreachable),
+            (libc::ENETDOWN, Failure::Unreachable),
+            (
+                libc::EMFILE,
                 Failure::Other {
-                    errno: Some(libc::EMFILE)
-                }
-            );
+                    errno: Some(libc::EMFILE),
+                },
+            ),
+        ] {
+            let error = io::Error::from_raw_os_error(errno);
+            assert_eq!(failure_of(&error), failure, "{error}");
         }
     }
 
