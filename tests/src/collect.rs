@@ -189,6 +189,7 @@ impl GaugeFn for GaugeValue {
 pub struct CollectingRecorder {
     counters: Arc<Mutex<HashMap<MetricKey, Arc<Value>>>>,
     gauges: Arc<Mutex<HashMap<MetricKey, Arc<GaugeValue>>>>,
+    descriptions: Arc<Mutex<HashMap<String, String>>>,
 }
 
 fn key_of(key: &Key) -> MetricKey {
@@ -224,6 +225,19 @@ impl CollectingRecorder {
             .map(|v| *lock(&v.0))
     }
 
+    /// The description given for the counter or gauge `name`, if one was.
+    pub fn description(&self, name: &str) -> Option<String> {
+        lock(&self.descriptions).get(name).cloned()
+    }
+
+    /// The names of every gauge registered.
+    pub fn gauge_names(&self) -> Vec<String> {
+        let mut names: Vec<_> = lock(&self.gauges).keys().map(|(n, _)| n.clone()).collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// Every counter registered, with its value.
     pub fn counters(&self) -> Vec<(MetricKey, u64)> {
         let mut all: Vec<_> = lock(&self.counters)
@@ -236,9 +250,13 @@ impl CollectingRecorder {
 }
 
 impl Recorder for CollectingRecorder {
-    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_counter(&self, name: KeyName, _: Option<Unit>, description: SharedString) {
+        lock(&self.descriptions).insert(name.as_str().to_owned(), description.into_owned());
+    }
 
-    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, name: KeyName, _: Option<Unit>, description: SharedString) {
+        lock(&self.descriptions).insert(name.as_str().to_owned(), description.into_owned());
+    }
 
     fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
 
