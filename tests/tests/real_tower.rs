@@ -124,6 +124,15 @@ async fn a_load_shed_layer_sheds_instead_of_queuing_while_the_node_is_not_writab
     assert_eq!(after_shutdown, Err(SendError::Shutdown));
 }
 
+/// `service`'s readiness, if `poll_ready` gives one within `limit`.
+async fn ready_within(
+    runtime: &dyn Runtime,
+    limit: Duration,
+    service: &mut ClientService,
+) -> Option<Result<(), SendError>> {
+    within(runtime, limit, poll_fn(|cx| service.poll_ready(cx))).await
+}
+
 async fn poll_ready_waits_out_the_in_flight_limit_and_wakes_when_a_slot_frees(
     runtime: Arc<dyn Runtime>,
 ) {
@@ -158,21 +167,11 @@ async fn poll_ready_waits_out_the_in_flight_limit_and_wakes_when_a_slot_frees(
     })
     .await;
     assert!(full.is_some(), "{:?}", service.backpressure());
-    let waiting = within(
-        &*runtime,
-        Duration::from_millis(200),
-        poll_fn(|cx| service.poll_ready(cx)),
-    )
-    .await;
+    let waiting = ready_within(&*runtime, Duration::from_millis(200), &mut service).await;
     assert_eq!(waiting, None, "not ready while both slots are taken");
     let resumed = Instant::now();
     peer.resume();
-    let ready = within(
-        &*runtime,
-        Duration::from_secs(2),
-        poll_fn(|cx| service.poll_ready(cx)),
-    )
-    .await;
+    let ready = ready_within(&*runtime, Duration::from_secs(2), &mut service).await;
     assert_eq!(
         ready,
         Some(Ok(())),
@@ -213,20 +212,10 @@ async fn poll_ready_waits_while_the_node_is_disabled(runtime: Arc<dyn Runtime>) 
         shown.starts_with("ClientService") && shown.contains("NoNode"),
         "{shown}"
     );
-    let waiting = within(
-        &*runtime,
-        Duration::from_millis(200),
-        poll_fn(|cx| service.poll_ready(cx)),
-    )
-    .await;
+    let waiting = ready_within(&*runtime, Duration::from_millis(200), &mut service).await;
     assert_eq!(waiting, None, "not ready while the node is disabled");
     client.enable_node(node).await.unwrap();
-    let ready = within(
-        &*runtime,
-        Duration::from_secs(2),
-        poll_fn(|cx| service.poll_ready(cx)),
-    )
-    .await;
+    let ready = ready_within(&*runtime, Duration::from_secs(2), &mut service).await;
     assert_eq!(ready, Some(Ok(())), "ready once the node is enabled");
     let answer = service.call(&b"after"[..]).await;
     assert_eq!(answer.as_deref(), Ok(&b"after"[..]));
@@ -242,12 +231,7 @@ async fn blocked_until_the_backoff_ends(
     at_least_ms: u64,
 ) {
     assert_eq!(service.backpressure(), Some(Backpressure::NoNode));
-    let ready = within(
-        runtime,
-        Duration::from_secs(2),
-        poll_fn(|cx| service.poll_ready(cx)),
-    )
-    .await;
+    let ready = ready_within(runtime, Duration::from_secs(2), service).await;
     assert_eq!(ready, Some(Ok(())), "woken when the backoff ended");
     let waited = since.elapsed();
     assert!(waited >= Duration::from_millis(at_least_ms), "{waited:?}");
@@ -279,12 +263,7 @@ async fn poll_ready_for_the_best_node_waits_out_a_reconnect_backoff(runtime: Arc
         .await
         .unwrap();
     client.remove_node(node).await.unwrap();
-    let gone = within(
-        &*runtime,
-        Duration::from_secs(1),
-        poll_fn(|cx| pinned.poll_ready(cx)),
-    )
-    .await;
+    let gone = ready_within(&*runtime, Duration::from_secs(1), &mut pinned).await;
     assert_eq!(gone, Some(Err(SendError::StaleNode)));
     client.shutdown().await;
 }
