@@ -463,6 +463,7 @@ mod tests {
                 },
                 K::Other,
             ),
+            (SendError::Rejected(SubmitError::DeadlinePassed), K::Other),
         ];
         for (error, kind) in cases {
             assert_eq!(error.io_kind(), kind, "{error}");
