@@ -1,18 +1,20 @@
 //! What a `metrics` recorder sees, on every runtime: the pool's counters as
-//! `keepwire_<field>_total`, per-node counters and gauges labelled with the node's address,
-//! nodes per state, every gauge back to zero once the client stops or a node is removed, and
-//! a request's end refreshing its node's gauges by itself. The recorder is the test thread's local default
-//! and every task runs on that thread.
+//! `keepwire_<field>_total`, per-node counters and gauges labelled with the node's address
+//! (connects, closes, evictions, write timeouts, writability, quarantine, probes and
+//! readmission), nodes per state and panic mode, every gauge back to zero once the client
+//! stops or a node is removed, and a request's end refreshing its node's gauges by itself.
+//! The recorder is the test thread's local default and every task runs on that thread.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use keepwire_driver::{ClientBuilder, Runtime, SendError, Target};
-use keepwire_proto::CloseReason;
+use keepwire_proto::{CloseReason, Event, Readmission};
 use keepwire_tests::collect::{CollectingRecorder, CollectingSubscriber};
 use keepwire_tests::peers::{Behaviour, Peer};
 use keepwire_tests::{
-    endless_handshake, sleep, spawn, test_config, test_on_this_thread_on_every_runtime, within,
+    endless_handshake, sleep, spawn, test_config, test_on_this_thread_on_every_runtime, wait_for,
+    within,
 };
 
 async fn counters_and_gauges_carry_the_documented_names_and_values(runtime: Arc<dyn Runtime>) {
@@ -23,6 +25,9 @@ async fn counters_and_gauges_carry_the_documented_names_and_values(runtime: Arc<
     let mut config = test_config();
     config.socket.send_buffer_size = Some(4096);
     config.socket.recv_buffer_size = Some(4096);
+    // Low enough that the stalled request below takes its connection over the high watermark.
+    config.high_watermark = 1 << 20;
+    config.low_watermark = 1 << 19;
     let client = ClientBuilder::new(config)
         .node(echo.addr())
         .node(stalled.addr())
@@ -87,6 +92,11 @@ async fn counters_and_gauges_carry_the_documented_names_and_values(runtime: Arc<
         recorder.counter("keepwire_node_closes_total", &closed),
         Some(1)
     );
+    // Only the move to `Connecting` counts a connect, not the move out of `Ready`.
+    assert_eq!(
+        recorder.counter("keepwire_node_connects_total", &node_a),
+        Some(1)
+    );
 
     // A 4 MiB request stalls on B: pending bytes and in flight show, then the write timeout.
     let big = spawn(&*runtime, {
@@ -111,6 +121,11 @@ async fn counters_and_gauges_carry_the_documented_names_and_values(runtime: Arc<
         Some(1.0)
     );
     assert_eq!(recorder.gauge("keepwire_pending_bytes", &[]), Some(pending));
+    assert_eq!(
+        recorder.counter("keepwire_node_unwritable_total", &node_b),
+        Some(1)
+    );
+    assert_eq!(recorder.gauge("keepwire_node_writable", &node_b), Some(0.0));
     let lost = within(&*runtime, Duration::from_secs(3), big.join())
         .await
         .expect("the write timeout ends the request");
@@ -136,6 +151,10 @@ async fn counters_and_gauges_carry_the_documented_names_and_values(runtime: Arc<
     let timed_out = [("node", label_b.as_str()), ("reason", "write_timeout")];
     assert_eq!(
         recorder.counter("keepwire_node_closes_total", &timed_out),
+        Some(1)
+    );
+    assert_eq!(
+        recorder.counter("keepwire_node_connects_total", &node_b),
         Some(1)
     );
     assert_eq!(
@@ -272,8 +291,97 @@ async fn request_ending_queued(runtime: Arc<dyn Runtime>, traced: bool) {
     client.shutdown().await;
 }
 
+/// A node quarantined after a refused connect, in panic mode as the sole node, then probed
+/// and readmitted once its server is back: each step shows in its counter and gauge.
+async fn quarantine_panic_mode_probe_and_readmission_show(runtime: Arc<dyn Runtime>) {
+    let recorder = CollectingRecorder::default();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let mut peer = Peer::start(Behaviour::Echo);
+    peer.kill();
+    let mut config = test_config();
+    config.quarantine_after_failures = 1;
+    config.probe_backoff = Duration::from_millis(200);
+    let client = ClientBuilder::new(config)
+        .node(peer.addr())
+        .build(Arc::clone(&runtime))
+        .unwrap();
+    let mut events = client.subscribe();
+    let label = peer.addr().to_string();
+    let node = [("node", label.as_str())];
+    let refused = client
+        .send(Target::Best, &b"ping"[..], Duration::from_secs(5))
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(SendError::ConnectionLost {
+                cause: CloseReason::ConnectFailed(_),
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    client.counters().await.unwrap(); // one more driver poll: the metrics are flushed
+    let cause = [("node", label.as_str()), ("cause", "connection_failures")];
+    assert_eq!(
+        recorder.counter("keepwire_node_quarantines_total", &cause),
+        Some(1)
+    );
+    assert_eq!(recorder.counter("keepwire_quarantines_total", &[]), Some(1));
+    assert_eq!(
+        recorder.gauge("keepwire_node_quarantined", &node),
+        Some(1.0)
+    );
+    // The sole node quarantined: no admitted node is left healthy, so panic mode.
+    assert_eq!(recorder.gauge("keepwire_panic_mode", &[]), Some(1.0));
+    assert_eq!(recorder.counter("keepwire_panics_total", &[]), Some(1));
+    // A refused connect is one connect, not two (the move to `Connecting`, not out of it).
+    assert_eq!(
+        recorder.counter("keepwire_node_connects_total", &node),
+        Some(1)
+    );
+
+    peer.revive(Behaviour::Echo);
+    let via = wait_for(
+        &*runtime,
+        &mut events,
+        Duration::from_secs(5),
+        "readmission",
+        |e| match e {
+            Event::Readmitted { via, .. } => Some(*via),
+            _ => None,
+        },
+    )
+    .await;
+    assert_eq!(via, Readmission::Probe);
+    client.counters().await.unwrap();
+    let by_probe = [("node", label.as_str()), ("via", "probe")];
+    assert_eq!(
+        recorder.counter("keepwire_node_readmissions_total", &by_probe),
+        Some(1)
+    );
+    assert_eq!(
+        recorder.counter("keepwire_readmissions_total", &[]),
+        Some(1)
+    );
+    assert!(
+        recorder
+            .counter("keepwire_node_probes_total", &node)
+            .is_some_and(|probes| probes >= 1),
+        "{:?}",
+        recorder.counter("keepwire_node_probes_total", &node)
+    );
+    assert_eq!(
+        recorder.gauge("keepwire_node_quarantined", &node),
+        Some(0.0)
+    );
+    assert_eq!(recorder.gauge("keepwire_panic_mode", &[]), Some(0.0));
+    client.shutdown().await;
+}
+
 test_on_this_thread_on_every_runtime!(
     counters_and_gauges_carry_the_documented_names_and_values,
+    quarantine_panic_mode_probe_and_readmission_show,
     a_removed_node_leaves_the_gauges,
     a_request_ending_queued_leaves_the_gauges,
     a_request_ending_queued_leaves_the_gauges_when_traced,
