@@ -588,6 +588,39 @@ mod tests {
         );
     }
 
+    /// An error the kernel gives at once is the connect's error, not "in progress": the
+    /// stream would otherwise wait for a writability that reports no error of its own.
+    #[test]
+    fn a_connect_that_fails_at_once_returns_its_error() {
+        // An IPv4 socket cannot connect to an IPv6 address: refused by the call itself, with
+        // nothing sent.
+        let (socket, _) =
+            PreparedSocket::new("127.0.0.1:9".parse().unwrap(), &SocketOptions::default()).unwrap();
+        let error = socket
+            .begin_connect("[::1]:9".parse().unwrap())
+            .map(drop)
+            .unwrap_err();
+        assert!(!connect_in_progress(&error), "{error}");
+    }
+
+    #[test]
+    fn only_in_progress_and_would_block_mean_in_progress() {
+        #[cfg(unix)]
+        assert!(connect_in_progress(&io::Error::from_raw_os_error(
+            libc::EINPROGRESS
+        )));
+        assert!(connect_in_progress(&io::ErrorKind::WouldBlock.into()));
+        for refused in [
+            io::Error::from(io::ErrorKind::ConnectionRefused),
+            #[cfg(unix)]
+            io::Error::from_raw_os_error(libc::ECONNREFUSED),
+            #[cfg(unix)]
+            io::Error::from_raw_os_error(libc::ENETUNREACH),
+        ] {
+            assert!(!connect_in_progress(&refused), "{refused}");
+        }
+    }
+
     #[test]
     fn an_empty_report_says_so() {
         assert_eq!(
