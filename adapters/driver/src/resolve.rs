@@ -366,6 +366,7 @@ mod tests {
         ] {
             let error = ResolveError::from_lookup(std_error(failed));
             assert!(matches!(error, ResolveError::Failed(_)), "{failed}");
+            assert!(!error.is_not_found(), "{failed}");
             assert!(error.to_string().contains(failed), "{error}");
         }
     }
