@@ -588,6 +588,75 @@ mod tests {
         );
     }
 
+    /// `apply_options` sets the options on a socket someone else created (a connected std
+    /// stream here), as `PreparedSocket::new` does on its own.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn apply_options_sets_every_option_on_a_connected_stream() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let socket = SocketRef::new(&stream);
+        let report = apply_options(&socket, &options());
+        assert!(report.is_empty(), "{report}");
+        let back = socket.read_back();
+        assert_eq!(back.nodelay, Some(true));
+        assert_eq!(back.keepalive_idle, Some(Duration::from_secs(7)));
+        assert_eq!(back.keepalive_retries, Some(4));
+        assert_eq!(back.user_timeout, Some(Duration::from_millis(1500)));
+    }
+
+    /// Options a socket refuses are each reported with the kernel's error, in the order
+    /// tried, and the report says them all: a UDP socket has no TCP options.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn every_option_a_socket_refuses_is_reported() {
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut options = options();
+        options.send_buffer_size = None;
+        options.recv_buffer_size = None;
+        let report = apply_options(&SocketRef::new(&udp), &options);
+        let refused: Vec<SocketOption> = report.unapplied().iter().map(|u| u.option).collect();
+        assert_eq!(
+            refused,
+            [
+                SocketOption::NoDelay,
+                SocketOption::Keepalive,
+                SocketOption::UserTimeout
+            ],
+            "{report}"
+        );
+        assert!(
+            report
+                .unapplied()
+                .iter()
+                .all(|u| matches!(u.why, NotApplied::Failed(_, Some(_)))),
+            "{report}"
+        );
+        let text = report.to_string();
+        assert_eq!(text.matches("; ").count(), 2, "{text}");
+        assert!(
+            text.starts_with("NoDelay not applied") && text.contains("; UserTimeout not applied"),
+            "{text}"
+        );
+    }
+
+    /// Linux reports twice the buffer it was given; only less than requested is a cap, and
+    /// exactly the request is not.
+    #[test]
+    fn a_buffer_is_clamped_only_below_the_request() {
+        for (got, clamped) in [(4095, true), (4096, false), (8192, false)] {
+            let mut report = OptionReport::default();
+            check_buffer(SocketOption::SendBuffer, 4096, Some(got), &mut report);
+            assert_eq!(!report.is_empty(), clamped, "{got}: {report}");
+        }
+        let mut report = OptionReport::default();
+        check_buffer(SocketOption::SendBuffer, 4096, None, &mut report);
+        assert!(
+            report.is_empty(),
+            "a size not read back is not a cap: {report}"
+        );
+    }
+
     /// An error the kernel gives at once is the connect's error, not "in progress": the
     /// stream would otherwise wait for a writability that reports no error of its own.
     #[test]
