@@ -362,6 +362,16 @@ mod tests {
     use super::*;
     use crate::HandshakeErrorKind;
 
+    /// The bounds the module's documentation states: 64 KiB of plaintext, and 65,700 bytes
+    /// held at most once encrypted (four full records' overhead and a control record's).
+    #[test]
+    fn the_documented_buffer_bounds() {
+        assert_eq!(BUFFER_LIMIT, 65_536);
+        assert_eq!(MAX_BUFFERED, 65_700);
+        let records = BUFFER_LIMIT.div_ceil(16 * 1024);
+        assert!(MAX_BUFFERED >= BUFFER_LIMIT + records * 29, "{MAX_BUFFERED}");
+    }
+
     #[test]
     fn a_configuration_needs_something_to_trust() {
         assert_eq!(
