@@ -1,7 +1,7 @@
 //! Nodes by name, on every runtime: a name resolved again on every connect attempt (its
 //! address changes between two connects), every address of a name tried in turn (a refused
-//! one moves on at once; silent ones each get their share of the setup timeout; a blackholed
-//! one is in `real_kernel_faults.rs`, which runs in private network namespaces), a name that does not exist (a final error at once to every waiting
+//! one moves on at once; a blackholed one is in `real_kernel_faults.rs`, which runs in private
+//! network namespaces), a name that does not exist (a final error at once to every waiting
 //! request, then the final-failure backoff), a lookup that fails (retryable), and the runtime's
 //! own resolver reading the hosts file.
 //!
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use keepwire_driver::{Client, ClientBuilder, Endpoint, Runtime, SendError, Sent, Target};
 use keepwire_proto::{CloseReason, Config, Event, Failure, NodeId, NodeState, Reason, Unavailable};
 use keepwire_tests::names::Names;
-use keepwire_tests::peers::{Behaviour, FullAcceptQueue, Peer, RefusingPort};
+use keepwire_tests::peers::{Behaviour, Peer, RefusingPort};
 use keepwire_tests::{Ledger, runtime_name, sleep, test_config, test_on_every_runtime, wait_for};
 
 /// The name the tests give their server.
@@ -140,53 +140,6 @@ async fn a_refused_address_moves_on_to_the_next_at_once(runtime: Arc<dyn Runtime
     let counters = client.counters().await.unwrap();
     assert_eq!(counters.connects, 1, "one attempt: {counters:?}");
     assert_eq!(names.lookups(), 1);
-    ledger
-        .assert_each_ended_once(&*runtime, Duration::from_secs(1))
-        .await;
-    client.shutdown().await;
-}
-
-/// Two silent addresses before one that answers, with a 9 s setup timeout: the first gets a
-/// third of it (3 s), the second half of the 6 s then left (3 s, not a third of it), and the
-/// third address answers. (The silent ones are listeners whose accept queue is full: Linux
-/// drops their SYNs, as a host that does not answer.) So the request is answered after the two
-/// shares, 6 s, and well before the setup deadline.
-async fn each_silent_address_gets_its_share_of_what_is_left(runtime: Arc<dyn Runtime>) {
-    let on = runtime_name(&*runtime);
-    let (silent_a, silent_b) = (FullAcceptQueue::new(), FullAcceptQueue::new());
-    let peer = Peer::start(Behaviour::Echo);
-    let names = Names::new();
-    names.set(NAME, &[silent_a.addr(), silent_b.addr(), peer.addr()]);
-    let mut config = test_config();
-    config.setup_timeout = Duration::from_secs(9);
-    config.setup_timeout_max = Duration::from_secs(9);
-    let (client, node) = named_client(&runtime, config, &names, 7000);
-    let ledger = Ledger::default();
-    let answered = ledger
-        .send(
-            &*runtime,
-            &client,
-            Target::Node(node),
-            "third address",
-            Duration::from_secs(20),
-        )
-        .join()
-        .await;
-    assert_eq!(answered.result.as_deref(), Ok(&b"third address"[..]));
-    // Timers never fire early, so the two shares are a floor; a late first share only
-    // shortens the second (its half of less), by half the delay.
-    window(
-        "two silent addresses, then one that answers, setup timeout 9 s",
-        on,
-        answered.took,
-        Duration::from_millis(5900),
-        Duration::from_millis(8500),
-    );
-    assert_eq!(
-        client.node_info(node).await.unwrap().addr,
-        Some(peer.addr())
-    );
-    assert_eq!(client.counters().await.unwrap().setup_timeouts, 0);
     ledger
         .assert_each_ended_once(&*runtime, Duration::from_secs(1))
         .await;
@@ -408,7 +361,6 @@ async fn the_runtimes_resolver_reads_the_hosts_file(runtime: Arc<dyn Runtime>) {
 test_on_every_runtime!(
     a_name_is_resolved_again_on_every_connect,
     a_refused_address_moves_on_to_the_next_at_once,
-    each_silent_address_gets_its_share_of_what_is_left,
     a_name_that_does_not_exist_fails_at_once,
     a_failed_lookup_is_retryable,
     the_runtimes_resolver_reads_the_hosts_file,

@@ -105,6 +105,13 @@ async fn ready_at(client: &Client) -> u64 {
                 at,
                 ..
             })) => return at.as_nanos(),
+            // The attempt failed (cut at its setup timeout): reported, never waited on again.
+            Some(keepwire_tokio::ClientEvent::Pool(
+                changed @ keepwire_tokio::Event::StateChanged {
+                    to: keepwire_tokio::NodeState::Disconnected { .. },
+                    ..
+                },
+            )) => panic!("the first attempt failed: {changed:?}"),
             Some(_) => {}
             None => panic!("the client stopped"),
         }
@@ -127,6 +134,36 @@ async fn the_first_of_two_addresses_gets_half_the_setup_timeout() {
     let half = Duration::from_secs(5).as_nanos() as u64;
     assert!(
         (half..half + 50_000_000).contains(&at),
+        "ready at {at} ns of virtual time"
+    );
+    let info = client.node_info(client.initial_nodes()[0]).await.unwrap();
+    assert_eq!(info.addr, Some(answering.local_addr().unwrap()));
+    client.shutdown().await;
+}
+
+/// Three addresses in a 9 s setup timeout, two of them silent: the first gets a third (3 s),
+/// the second half of the 6 s then left (3 s: a share of what is left, divided by the
+/// addresses left, not by all three), and the third connects at 6 s, within the attempt.
+#[tokio::test(start_paused = true)]
+async fn each_address_gets_its_share_of_what_is_left() {
+    let (first, _listener1, _filler1) = hanging_address();
+    let (second, _listener2, _filler2) = hanging_address();
+    let answering = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut config = config();
+    config.setup_timeout = Duration::from_secs(9);
+    let client = keepwire_tokio::client(config)
+        .node(keepwire_tokio::Endpoint::name("db.example", 5432).unwrap())
+        .resolver(resolving_to(vec![
+            first,
+            second,
+            answering.local_addr().unwrap(),
+        ]))
+        .build()
+        .unwrap();
+    let at = ready_at(&client).await;
+    let six = Duration::from_secs(6).as_nanos() as u64;
+    assert!(
+        (six..six + 50_000_000).contains(&at),
         "ready at {at} ns of virtual time"
     );
     let info = client.node_info(client.initial_nodes()[0]).await.unwrap();
