@@ -102,9 +102,10 @@ export CARGO_MUTANTS_MINIMUM_TEST_TIMEOUT=${CARGO_MUTANTS_MINIMUM_TEST_TIMEOUT:-
 # heartbeats, availability), on tokio and smol (async-std's runs share smol's reactor code).
 # cargo-mutants tests only the mutated package (its --test-package did not take here,
 # 27.1.0), so keepwire-tests comes in as a second --package of cargo's own, built with the
-# mutant and filtered to those suites. A mutant that hangs a test is stopped at 60 s (the
-# suites take about 15 s).
-integration_filter='package(keepwire-tests) and not test(/on_async_std/) and binary(/^real_(client|batching|reads|faults|hostile|stream|wakeups|timer|metrics|tracing|panics|options|tls|load|names|tower|allocations)$/)'
+# mutant and filtered to those suites. So does keepwire-tokio's paused_time: the setup
+# timeout and each address's share of it, in virtual time. A mutant that hangs a test is
+# stopped at 60 s (the suites take about 15 s).
+integration_filter='(package(keepwire-tests) and not test(/on_async_std/) and binary(/^real_(client|batching|reads|faults|hostile|stream|wakeups|timer|metrics|tracing|panics|options|tls|load|names|tower|allocations)$/)) or (package(keepwire-tokio) and binary(paused_time))'
 
 run_mutants() {
   cargo mutants --package "$package" "${file_args[@]}" --profile mutants --output "$out" \
@@ -120,7 +121,11 @@ if [ -z "${MUTANTS_REPORT_ONLY:-}" ]; then
         --cargo-test-arg=--lib --cargo-test-arg=--tests || status=$?
       ;;
     driver)
-      run_mutants --jobs "${MUTANTS_JOBS:-1}" --cargo-test-arg=--lib || status=$?
+      # Every feature on, so that the unit tests of feature-gated modules (tls, the metrics,
+      # the async-io streams) run here too, and their code is compiled: without it a mutant
+      # of code behind a feature builds and passes, for the second pass to find.
+      run_mutants --jobs "${MUTANTS_JOBS:-1}" --all-features --cargo-test-arg=--lib ||
+        status=$?
       if [ "$status" -eq 2 ] || [ "$status" -eq 3 ]; then
         status=0
         # The second pass rewrites mutants.out with its own outcomes: the first pass's are
@@ -129,7 +134,8 @@ if [ -z "${MUTANTS_REPORT_ONLY:-}" ]; then
         cp "$out"/mutants.out/{caught,timeout,unviable}.txt "$out/unit-tests/"
         # --iterate skips what the first pass caught or could not build.
         run_mutants --jobs 1 --iterate --timeout 60 --test-tool nextest \
-          --cargo-arg=--package=keepwire-tests -- -E "$integration_filter" || status=$?
+          --cargo-arg=--package=keepwire-tests --cargo-arg=--package=keepwire-tokio \
+          -- -E "$integration_filter" || status=$?
       fi
       ;;
   esac
