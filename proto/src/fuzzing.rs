@@ -442,7 +442,10 @@ impl Session {
                     1 => crate::HandshakeFailure::AuthRefused,
                     _ => crate::HandshakeFailure::CertificateRejected,
                 };
-                self.report(i, handshaking, |p, c| {
+                // Taken on a ready connection too (a TLS 1.3 server refuses a client
+                // certificate after the client's side of the handshake is done).
+                let failing = |s: NodeState| s == NodeState::Handshaking || s.is_established();
+                self.report(i, failing, |p, c| {
                     p.handle_handshake_failed(now, c, failure)
                 })
             }

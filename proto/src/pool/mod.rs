@@ -465,6 +465,13 @@ impl Pool {
     /// [`HandshakeFailure::AuthRefused`] and [`HandshakeFailure::CertificateRejected`] are
     /// final: the node enters `AuthFailed`, the requests waiting on it end at once and it backs
     /// off for [`Config::final_failure_backoff`].
+    ///
+    /// Also taken once the connection is `Ready` (or `Closing`), after
+    /// [`handle_handshake_done`](Self::handle_handshake_done): a TLS 1.3 server checks the
+    /// client's certificate only after the client has finished its side of the handshake, so
+    /// its refusal reaches the adapter as the error of a read that follows. The requests the
+    /// connection holds end with the same reason, written or not, and a final one is not
+    /// retried.
     pub fn handle_handshake_failed(
         &mut self,
         now: Instant,
@@ -479,7 +486,7 @@ impl Pool {
         self.report(
             now,
             conn,
-            |s| s == NodeState::Handshaking,
+            |s| s == NodeState::Handshaking || s.is_established(),
             |n, sink| {
                 n.close(sink, reason, true);
                 Ok(())

@@ -145,6 +145,56 @@ fn refused_credentials_and_a_rejected_certificate_end_the_waiting_requests_at_on
     }
 }
 
+/// A TLS 1.3 server refuses the client's certificate after the client's side of the
+/// handshake is done: the adapter reports it on the ready connection. The requests it holds,
+/// written or queued, end with the final reason and are not retried; the node enters
+/// `AuthFailed` with the final backoff, as for a refusal during the handshake.
+#[test]
+fn a_certificate_refused_after_the_handshake_is_final_too() {
+    let mut config = retrying();
+    config.handshake = true;
+    let mut h = Harness::new(config);
+    let node = h.add();
+    h.pool.connect(h.now, node).unwrap();
+    let (conn, _) = h.expect_open();
+    h.pool.handle_connected(h.now, conn).unwrap();
+    h.pool.handle_handshake_done(h.now, conn).unwrap();
+    h.collect();
+    h.take_actions(); // the handshake's
+    let written = h.submit(node, 10, secs(60));
+    h.flush(conn);
+    let queued = h.submit(node, 20, secs(60));
+    h.pool
+        .handle_handshake_failed(h.now, conn, HandshakeFailure::CertificateRejected)
+        .unwrap();
+    let actions = h.take_actions();
+    assert!(matches!(actions[..], [Action::Close { .. }]), "{actions:?}");
+    let reason = CloseReason::CertificateRejected;
+    assert_eq!(
+        h.ended(written),
+        (Outcome::ConnectionLost(reason), Sent::Fully, false)
+    );
+    assert_eq!(h.ended(queued), lost(reason));
+    assert_eq!(h.pool.counters().transparent_retries, 0);
+    assert_eq!(
+        h.pool.node_state(node),
+        Some(NodeState::AuthFailed {
+            reconnect_at: h.now + secs(30)
+        })
+    );
+    assert_eq!(
+        try_submit(&mut h, Target::Node(node)),
+        failed(reason),
+        "fail-fast during the final backoff"
+    );
+    // The connection is gone: a second report of it is stale.
+    assert_eq!(
+        h.pool
+            .handle_handshake_failed(h.now, conn, HandshakeFailure::CertificateRejected),
+        Err(crate::HandleError::StaleConn)
+    );
+}
+
 #[test]
 fn retryable_failures_keep_the_reconnect_backoff_and_the_transparent_retry() {
     // A resolver that could not be reached, and a handshake that failed for another reason.
