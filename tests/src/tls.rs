@@ -19,13 +19,17 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::peers::read_frame;
 
-/// A test certificate authority and a server certificate it signed.
+/// A test certificate authority, and a server certificate and a client certificate it
+/// signed.
 #[derive(Debug)]
 pub struct Pki {
     ca_pem: String,
+    ca_der: CertificateDer<'static>,
     server_chain: Vec<CertificateDer<'static>>,
     server_cert_pem: String,
     server_key_pem: String,
+    client_cert_pem: String,
+    client_key_pem: String,
 }
 
 impl Pki {
@@ -34,7 +38,8 @@ impl Pki {
         Self::for_names(&["localhost", "127.0.0.1"])
     }
 
-    /// A fresh CA, and a server certificate for `names` signed by it.
+    /// A fresh CA, and a server certificate for `names` (and a client certificate) signed by
+    /// it.
     pub fn for_names(names: &[&str]) -> Self {
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -57,12 +62,34 @@ impl Pki {
             .push(DnType::CommonName, "keepwire test server");
         let key = KeyPair::generate().expect("server key");
         let cert = params.signed_by(&key, &ca).expect("server certificate");
+        let mut client_params =
+            CertificateParams::new(Vec::<String>::new()).expect("client params");
+        client_params
+            .distinguished_name
+            .push(DnType::CommonName, "keepwire test client");
+        let client_key = KeyPair::generate().expect("client key");
+        let client_cert = client_params
+            .signed_by(&client_key, &ca)
+            .expect("client certificate");
         Self {
             ca_pem: ca.pem(),
+            ca_der: ca.der().clone(),
             server_chain: vec![cert.der().clone()],
             server_cert_pem: cert.pem(),
             server_key_pem: key.serialize_pem(),
+            client_cert_pem: client_cert.pem(),
+            client_key_pem: client_key.serialize_pem(),
         }
+    }
+
+    /// The client certificate (signed by this CA), PEM.
+    pub fn client_cert_pem(&self) -> &str {
+        &self.client_cert_pem
+    }
+
+    /// The client certificate's private key, PEM.
+    pub fn client_key_pem(&self) -> &str {
+        &self.client_key_pem
     }
 
     /// The CA certificate, PEM.
@@ -90,6 +117,29 @@ impl Pki {
             .with_safe_default_protocol_versions()
             .expect("protocol versions")
             .with_no_client_auth()
+            .with_single_cert(self.server_chain.clone(), key)
+            .expect("server certificate and key");
+        Arc::new(config)
+    }
+
+    /// A rustls server configuration presenting the server certificate and requiring a
+    /// client certificate signed by this CA (mutual TLS).
+    pub fn server_config_requiring_client_certs(&self) -> Arc<ServerConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.ca_der.clone()).expect("the CA as a root");
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::clone(&provider),
+        )
+        .build()
+        .expect("client certificate verifier");
+        let key =
+            PrivateKeyDer::from_pem_slice(self.server_key_pem.as_bytes()).expect("server key");
+        let config = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("protocol versions")
+            .with_client_cert_verifier(verifier)
             .with_single_cert(self.server_chain.clone(), key)
             .expect("server certificate and key");
         Arc::new(config)

@@ -562,6 +562,79 @@ async fn a_named_node_checks_its_name_in_the_certificate(runtime: Arc<dyn Runtim
     }
 }
 
+/// Mutual TLS: a server that requires a client certificate signed by its CA answers a client
+/// that presents one (`client_cert_pem`). A client with none is refused, and TLS 1.3 says so
+/// only after the client's side of the handshake is done: the refusal arrives with the first
+/// read, after the connection turned ready and the request was written. It is still the
+/// typed, final `CertificateRejected` a refusal during the handshake is: the request ends with
+/// it, not retried, the node enters `AuthFailed` and nothing reconnects meanwhile (it used to
+/// end as a retryable I/O error, and every reconnect lost one more request).
+async fn a_server_requiring_a_client_certificate(runtime: Arc<dyn Runtime>, tls: TlsOn) {
+    let pki = Pki::new();
+    let peer = TlsPeer::start(
+        pki.server_config_requiring_client_certs(),
+        TlsBehaviour::Echo,
+    );
+    let with_cert = TlsConfig::builder()
+        .roots_pem(pki.ca_pem().as_bytes())
+        .server_name("localhost")
+        .client_cert_pem(
+            pki.client_cert_pem().as_bytes(),
+            pki.client_key_pem().as_bytes(),
+        )
+        .build()
+        .unwrap();
+    let (client, node, _events) =
+        start(&runtime, test_config(), peer.addr(), Some((tls, with_cert)));
+    let answer = client
+        .send(Target::Node(node), &b"mutual"[..], Duration::from_secs(5))
+        .await;
+    assert_eq!(answer.as_deref(), Ok(&b"mutual"[..]));
+    client.shutdown().await;
+
+    let (client, node, mut events) = start(
+        &runtime,
+        test_config(),
+        peer.addr(),
+        Some((tls, pki.client_config())),
+    );
+    let outcome = client
+        .send(
+            Target::Node(node),
+            &b"no certificate"[..],
+            Duration::from_secs(5),
+        )
+        .await;
+    let Err(SendError::ConnectionLost { cause, retried, .. }) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!((cause, retried), (CloseReason::CertificateRejected, false));
+    assert!(outcome.unwrap_err().is_final());
+    let error = sleep_until_event(&*runtime, &mut events, |e| match e {
+        ClientEvent::HandshakeFailed { error, .. } => Some(error.clone()),
+        _ => None,
+    })
+    .await;
+    assert_eq!(error.kind(), HandshakeErrorKind::Certificate, "{error}");
+    println!("without a client certificate: {error}");
+    let info = client.node_info(node).await.unwrap();
+    assert!(
+        matches!(info.state, NodeState::AuthFailed { .. }),
+        "{:?}",
+        info.state
+    );
+    // A send during the final backoff is refused at once, with the same reason.
+    let refused = client
+        .send(Target::Node(node), &b"again"[..], Duration::from_secs(5))
+        .await;
+    assert!(
+        refused.as_ref().is_err_and(SendError::is_final),
+        "{refused:?}"
+    );
+    assert_eq!(client.counters().await.unwrap().connects, 1);
+    client.shutdown().await;
+}
+
 /// The first client event `matches` selects, within 1 s.
 async fn sleep_until_event<T>(
     runtime: &dyn Runtime,
@@ -587,4 +660,5 @@ test_tls_on_every_runtime!(
     a_tls_handshake_that_stalls_is_cut_by_the_setup_timeout,
     a_bad_certificate_is_a_typed_final_failure,
     a_named_node_checks_its_name_in_the_certificate,
+    a_server_requiring_a_client_certificate,
 );

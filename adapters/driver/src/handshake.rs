@@ -305,6 +305,29 @@ impl From<io::Error> for HandshakeError {
     }
 }
 
+/// The refusal a ready connection's read or write error stands for, if it stands for one: the
+/// server refused our credentials after our side of the handshake had finished. A TLS 1.3
+/// server checks a client certificate only then, and its alert arrives as the error of a
+/// later read. Recognised: an error whose inner error is a [`HandshakeError`] (how a stream
+/// of your own reports one; see [`IoStream`](crate::IoStream#a-refusal-after-the-handshake)),
+/// and, with the `tls` feature, a rustls error that
+/// [`tls::handshake_error`](crate::tls::handshake_error) reads as a certificate refusal.
+#[cold]
+pub(crate) fn refusal_of(error: &io::Error) -> Option<HandshakeError> {
+    let inner = error.get_ref()?;
+    if let Some(refusal) = inner.downcast_ref::<HandshakeError>() {
+        return Some(refusal.clone());
+    }
+    #[cfg(feature = "tls")]
+    if inner.is::<rustls::Error>() {
+        let refusal = crate::tls::handshake_error(error);
+        if refusal.is_certificate() {
+            return Some(refusal);
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::VecDeque;

@@ -282,6 +282,17 @@ pub trait Timer: Send + fmt::Debug {
 /// implements the contract over any buffering layer.
 ///
 /// [`KernelAccounted`]: crate::KernelAccounted
+///
+/// # A refusal after the handshake
+///
+/// A read or write error ends the connection as a lost one (`CloseReason::Io`), except one
+/// whose inner error ([`io::Error::get_ref`]) is a [`HandshakeError`](crate::HandshakeError):
+/// that ends it as the handshake failure it names, final for a refused credential or
+/// certificate, as if the handshake hook had returned it. This is how a stream reports a
+/// refusal that comes after its handshake seemed done, such as a TLS 1.3 server rejecting
+/// the client's certificate (it checks it only after the client's side has finished). The
+/// runtime crates' TLS streams need nothing: keepwire reads rustls's certificate alerts
+/// itself.
 pub trait IoStream: Send + fmt::Debug + 'static {
     /// Reads into `buf`; `Ok(0)` is end of stream.
     ///

@@ -32,8 +32,12 @@
 //! authentication failure (the node enters `AuthFailed` and the requests waiting on it end at
 //! once with `CloseReason::CertificateRejected`). Any other TLS failure is [`HandshakeError::failed`];
 //! a handshake that stalls is cut by the setup timeout. With TLS 1.3 a server that rejects the
-//! client's certificate may only say so after the client has finished its handshake: that
-//! alert then ends the connection as an I/O error on its first read.
+//! client's certificate says so only after the client has finished its side of the
+//! handshake: the connection is ready by then, and the alert arrives with a later read. The
+//! driver reads it for what it is, the same final certificate failure (a
+//! [`ClientEvent::HandshakeFailed`](crate::ClientEvent::HandshakeFailed), `AuthFailed`, and
+//! `CloseReason::CertificateRejected` for every request the connection held, written or
+//! not), not a retryable I/O error.
 
 use std::fmt;
 use std::io;
@@ -369,7 +373,10 @@ mod tests {
         assert_eq!(BUFFER_LIMIT, 65_536);
         assert_eq!(MAX_BUFFERED, 65_700);
         let records = BUFFER_LIMIT.div_ceil(16 * 1024);
-        assert!(MAX_BUFFERED >= BUFFER_LIMIT + records * 29, "{MAX_BUFFERED}");
+        assert!(
+            MAX_BUFFERED >= BUFFER_LIMIT + records * 29,
+            "{MAX_BUFFERED}"
+        );
     }
 
     #[test]

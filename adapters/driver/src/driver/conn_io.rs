@@ -31,6 +31,7 @@ use super::{Conn, Driver, contain, round_now};
 use crate::client::ClientEvent;
 use crate::codec::{Decoded, Decoder};
 use crate::error::failure_of;
+use crate::handshake::refusal_of;
 use crate::runtime::IoStream;
 use crate::socket::OptionReport;
 
@@ -329,7 +330,7 @@ impl Driver {
                     // (safe to retry) instead of `Unknown`.
                     let _ = self.pool.handle_written(now, conn, 0);
                 }
-                self.lost(now, conn, failure_of(&e));
+                self.failed(now, conn, &e);
             }
             Poll::Pending => {
                 // The stream registered the waker: the driver runs again once it is writable.
@@ -420,7 +421,7 @@ impl Driver {
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    self.lost(now, conn, failure_of(&e));
+                    self.failed(now, conn, &e);
                     return true;
                 }
             }
@@ -505,6 +506,20 @@ impl Driver {
                     return Decoding::Closed;
                 }
             }
+        }
+    }
+
+    /// Ends `conn` for a read or write `error`: as the handshake failure it stands for, if
+    /// any ([`refusal_of`]: a server refusing our certificate after the handshake), else as
+    /// lost.
+    #[cold]
+    fn failed(&mut self, now: Instant, conn: ConnId, error: &io::Error) {
+        match refusal_of(error) {
+            Some(refusal) => {
+                self.handshake_failed(now, conn, refusal);
+                self.conns.remove(&conn);
+            }
+            None => self.lost(now, conn, failure_of(error)),
         }
     }
 
