@@ -299,9 +299,13 @@ impl fmt::Display for HandshakeError {
 
 impl std::error::Error for HandshakeError {}
 
+/// A stream error in a handshake hook (`?` on a read or write): a [`failed`](Self::failed)
+/// handshake, unless it is a refusal ([`refusal_of`]): a rustls certificate alert (a TLS
+/// 1.3 server refusing our certificate, which a hook meets on its first read after the TLS
+/// handshake, as PostgreSQL's startup does) or a `HandshakeError` inside the error.
 impl From<io::Error> for HandshakeError {
     fn from(e: io::Error) -> Self {
-        Self::failed(e.to_string())
+        refusal_of(&e).unwrap_or_else(|| Self::failed(e.to_string()))
     }
 }
 
@@ -339,6 +343,31 @@ mod tests {
     use keepwire_proto::{Config, Instant, Pool};
 
     use super::*;
+
+    /// A stream of one's own reports a refusal by carrying a `HandshakeError` inside its
+    /// error; any other error is no refusal, and a hook's `?` makes it a failed handshake.
+    #[test]
+    fn a_handshake_error_inside_a_stream_error_is_a_refusal() {
+        let refused = io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            HandshakeError::auth("password expired"),
+        );
+        assert_eq!(
+            refusal_of(&refused),
+            Some(HandshakeError::auth("password expired"))
+        );
+        assert_eq!(
+            HandshakeError::from(refused),
+            HandshakeError::auth("password expired")
+        );
+        let other = io::Error::other("something else");
+        assert_eq!(refusal_of(&other), None);
+        assert_eq!(
+            HandshakeError::from(other).kind(),
+            HandshakeErrorKind::Failed
+        );
+        assert_eq!(refusal_of(&io::ErrorKind::BrokenPipe.into()), None);
+    }
 
     /// A stream that never blocks: a read hands out at most `piece` bytes of `incoming` (then
     /// end of stream), a write takes at most `piece` bytes (none at all with `piece` 0) into

@@ -466,4 +466,40 @@ mod tests {
         let decrypt = io::Error::new(io::ErrorKind::InvalidData, rustls::Error::DecryptError);
         assert!(!handshake_error(&decrypt).is_final());
     }
+
+    /// After the handshake, only a certificate alert is a refusal: the connection then ends
+    /// as that final failure (and a hook's `?` gives it), anything else as lost.
+    #[test]
+    fn a_certificate_alert_after_the_handshake_is_a_refusal() {
+        use crate::handshake::refusal_of;
+        let alert = |alert| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                rustls::Error::AlertReceived(alert),
+            )
+        };
+        for refused in [
+            alert(AlertDescription::CertificateRequired),
+            alert(AlertDescription::BadCertificate),
+            alert(AlertDescription::UnknownCA),
+        ] {
+            let refusal = refusal_of(&refused);
+            assert!(
+                refusal.as_ref().is_some_and(HandshakeError::is_certificate),
+                "{refused}"
+            );
+            assert!(HandshakeError::from(refused).is_certificate());
+        }
+        for lost in [
+            alert(AlertDescription::InternalError),
+            io::Error::new(io::ErrorKind::InvalidData, rustls::Error::DecryptError),
+            io::Error::from(io::ErrorKind::ConnectionReset),
+        ] {
+            assert_eq!(refusal_of(&lost), None, "{lost}");
+            assert_eq!(
+                HandshakeError::from(lost).kind(),
+                HandshakeErrorKind::Failed
+            );
+        }
+    }
 }
