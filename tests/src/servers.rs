@@ -702,17 +702,34 @@ fn template() -> Result<PathBuf, ServerError> {
 impl PostgresServer {
     /// Starts one on a free port and waits until it takes queries.
     pub fn start() -> Result<Self, ServerError> {
-        Self::start_with(None)
+        Self::start_with(None, None)
     }
 
     /// Starts one with TLS on (`ssl = on`, presenting `cert_pem` with its key `key_pem`, as
     /// `server.crt` and `server.key` in its data directory); it still takes plaintext
     /// sessions too.
     pub fn start_with_tls(cert_pem: &str, key_pem: &str) -> Result<Self, ServerError> {
-        Self::start_with(Some((cert_pem, key_pem)))
+        Self::start_with(Some((cert_pem, key_pem)), None)
     }
 
-    fn start_with(tls: Option<(&str, &str)>) -> Result<Self, ServerError> {
+    /// As [`start_with_tls`](Self::start_with_tls), and asks TLS clients for a certificate
+    /// signed by `client_ca_pem` (`ssl_ca_file`): the role `cert_role` logs in over TLS
+    /// with certificate authentication only (`hostssl ... cert`: the certificate's common
+    /// name must be the role's name), and must present one; the other roles log in as
+    /// before.
+    pub fn start_with_mutual_tls(
+        cert_pem: &str,
+        key_pem: &str,
+        client_ca_pem: &str,
+        cert_role: &str,
+    ) -> Result<Self, ServerError> {
+        Self::start_with(Some((cert_pem, key_pem)), Some((client_ca_pem, cert_role)))
+    }
+
+    fn start_with(
+        tls: Option<(&str, &str)>,
+        client_certs: Option<(&str, &str)>,
+    ) -> Result<Self, ServerError> {
         let template = template()?;
         let user = server_user()?;
         let dir = new_dir("postgres")?;
@@ -730,23 +747,35 @@ impl PostgresServer {
                 String::from_utf8_lossy(&copied.stderr)
             )));
         }
+        let mut files = Vec::new();
         if let Some((cert, key)) = tls {
-            for (name, pem) in [("server.crt", cert), ("server.key", key)] {
-                let file = dir.join("data").join(name);
-                let written = fs::write(&file, pem).and_then(|()| {
-                    fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-                });
-                if let Err(e) = written.map_err(|e| ServerError::new(format!("{name}: {e}"))) {
-                    remove_dir(&dir);
-                    return Err(e);
-                }
-                chown(&file, user)?;
+            files.extend([
+                ("server.crt", cert.to_owned()),
+                ("server.key", key.to_owned()),
+            ]);
+        }
+        if let Some((ca, role)) = client_certs {
+            files.push(("root.crt", ca.to_owned()));
+            files.push((
+                "pg_hba.conf",
+                format!("hostssl all {role} 127.0.0.1/32 cert\n{PG_HBA}"),
+            ));
+        }
+        for (name, text) in files {
+            let file = dir.join("data").join(name);
+            let written = fs::write(&file, text).and_then(|()| {
+                fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            });
+            if let Err(e) = written.map_err(|e| ServerError::new(format!("{name}: {e}"))) {
+                remove_dir(&dir);
+                return Err(e);
             }
+            chown(&file, user)?;
         }
         let mut last = None;
         for _ in 0..PORT_TRIES {
             let port = free_port()?;
-            match Self::spawn(&dir, port, user, tls.is_some()) {
+            match Self::spawn(&dir, port, user, tls.is_some(), client_certs.is_some()) {
                 Ok(process) => {
                     return Ok(Self {
                         process: Some(process),
@@ -766,6 +795,7 @@ impl PostgresServer {
         port: u16,
         user: Option<(u32, u32)>,
         ssl: bool,
+        client_certs: bool,
     ) -> Result<Process, ServerError> {
         let mut command = Command::new(find_program(
             "postgres",
@@ -783,6 +813,9 @@ impl PostgresServer {
             .args(["-c", "max_connections=200"])
             .args(["-c", if ssl { "ssl=on" } else { "ssl=off" }])
             .current_dir(dir);
+        if client_certs {
+            command.args(["-c", "ssl_ca_file=root.crt"]);
+        }
         let mut process = Process::spawn(&mut command, Kind::Postgres, &dir.join("log"))?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let ready = wait_ready(&mut process, "postgres", || {

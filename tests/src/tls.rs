@@ -19,6 +19,10 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::peers::read_frame;
 
+/// The common name of a [`Pki`]'s client certificate (a PostgreSQL role name as it stands:
+/// certificate authentication logs in as the role the certificate names).
+pub const CLIENT_NAME: &str = "keepwire_client";
+
 /// A test certificate authority, and a server certificate and a client certificate it
 /// signed.
 #[derive(Debug)]
@@ -66,7 +70,7 @@ impl Pki {
             CertificateParams::new(Vec::<String>::new()).expect("client params");
         client_params
             .distinguished_name
-            .push(DnType::CommonName, "keepwire test client");
+            .push(DnType::CommonName, CLIENT_NAME);
         let client_key = KeyPair::generate().expect("client key");
         let client_cert = client_params
             .signed_by(&client_key, &ca)

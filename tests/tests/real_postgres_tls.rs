@@ -6,18 +6,22 @@
 //! PostgreSQL client's startup ([`Startup::run`]) over TLS. The queries are the plaintext
 //! client's (`real_postgres.rs`: trust and clear-text password logins, several statements with
 //! NULLs and tags, an error that leaves the stream aligned, 64 tasks pipelining on one
-//! connection), and the server itself says the session is encrypted (`pg_stat_ssl`).
+//! connection), and the server itself says the session is encrypted (`pg_stat_ssl`). A second
+//! server asks for client certificates (`ssl_ca_file`, `hostssl ... cert`): a certificate its
+//! CA signed logs in; another CA's, or none, is a typed, final refusal.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use keepwire_driver::tls::TlsConfig;
-use keepwire_driver::{Client, ClientBuilder, HandshakeError, HandshakeIo, Runtime};
-use keepwire_proto::Config;
+use keepwire_driver::{
+    Client, ClientBuilder, HandshakeError, HandshakeIo, Runtime, SendError, Target,
+};
+use keepwire_proto::{CloseReason, Config, Sent};
 use keepwire_tests::pg::{pipelined, query, value};
 use keepwire_tests::protocols::postgres::{Postgres, Startup};
 use keepwire_tests::servers::{PostgresServer, Shared};
-use keepwire_tests::tls::{Pki, TlsOn};
+use keepwire_tests::tls::{CLIENT_NAME, Pki, TlsOn};
 use keepwire_tests::{bounded, runtime_name, test_config, test_tls_on_every_runtime};
 
 /// PostgreSQL's SSLRequest: length 8, code 80877103.
@@ -172,7 +176,121 @@ async fn many_tasks_get_their_own_answers_over_tls(runtime: Arc<dyn Runtime>, on
     .await;
 }
 
+/// The server that asks for client certificates, and its PKI.
+static MUTUAL: Shared<(PostgresServer, Pki)> = Shared::new();
+
+/// The mutual-TLS server (started by the first test that needs it, stopped after the last):
+/// the role [`CLIENT_NAME`] logs in with a certificate the test CA signed, and only so.
+fn mutual_server() -> Arc<(PostgresServer, Pki)> {
+    MUTUAL
+        .get(|| {
+            let pki = Pki::new();
+            let server = PostgresServer::start_with_mutual_tls(
+                pki.server_cert_pem(),
+                pki.server_key_pem(),
+                pki.ca_pem(),
+                CLIENT_NAME,
+            )?;
+            server.create_role(CLIENT_NAME, "never used")?;
+            Ok((server, pki))
+        })
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Certificate authentication against PostgreSQL (`hostssl ... cert`, `ssl_ca_file`), as a
+/// user configures it: a client certificate the server's CA signed logs in as the role it
+/// names; one signed by another CA is refused by the TLS layer (OpenSSL's alert, which under
+/// TLS 1.3 comes after the client's side of the handshake, on the startup's first read) as a
+/// final `CertificateRejected`; none at all is refused by PostgreSQL's authentication, a
+/// final `AuthFailed`. The refused requests end at once, not retried.
+async fn a_client_certificate_logs_in_and_a_refused_one_is_final(
+    runtime: Arc<dyn Runtime>,
+    on: TlsOn,
+) {
+    let server = mutual_server();
+    let (postgres, pki) = (&server.0, &server.1);
+    let stranger = Pki::new();
+    let trusting = || {
+        TlsConfig::builder()
+            .roots_pem(pki.ca_pem().as_bytes())
+            .server_name("localhost")
+    };
+    let signed = trusting()
+        .client_cert_pem(
+            pki.client_cert_pem().as_bytes(),
+            pki.client_key_pem().as_bytes(),
+        )
+        .build()
+        .unwrap();
+    let foreign = trusting()
+        .client_cert_pem(
+            stranger.client_cert_pem().as_bytes(),
+            stranger.client_key_pem().as_bytes(),
+        )
+        .build()
+        .unwrap();
+    let none = trusting().build().unwrap();
+    let connect = |tls: TlsConfig| {
+        let startup = Startup::new(CLIENT_NAME, "postgres");
+        ClientBuilder::new(config())
+            .node(postgres.addr())
+            .codec(Postgres::new())
+            .handshake(move |io: HandshakeIo| tls_startup(on, tls.clone(), startup.clone(), io))
+            .build(Arc::clone(&runtime))
+            .unwrap()
+    };
+    bounded(
+        &*runtime,
+        Duration::from_secs(20),
+        "certificate logins",
+        async {
+            let client = connect(signed);
+            assert_eq!(value(&client, "SELECT current_user").await, CLIENT_NAME);
+            let dn = value(
+                &client,
+                "SELECT client_dn FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            )
+            .await;
+            assert_eq!(dn, format!("/CN={CLIENT_NAME}"));
+            client.shutdown().await;
+
+            for (case, tls, cause) in [
+                (
+                    "another CA's certificate",
+                    foreign,
+                    CloseReason::CertificateRejected,
+                ),
+                ("no certificate", none, CloseReason::AuthFailed),
+            ] {
+                let client = connect(tls);
+                let node = client.initial_nodes()[0];
+                let refused = client
+                    .send(
+                        Target::Node(node),
+                        "SELECT 1".to_owned(),
+                        Duration::from_secs(5),
+                    )
+                    .await;
+                println!("[postgres mutual TLS, {on:?}] {case}: {refused:?}");
+                assert_eq!(
+                    refused,
+                    Err(SendError::ConnectionLost {
+                        cause,
+                        sent: Sent::Nothing,
+                        retried: false,
+                    }),
+                    "{case}"
+                );
+                assert_eq!(client.counters().await.unwrap().connects, 1, "{case}");
+                client.shutdown().await;
+            }
+        },
+    )
+    .await;
+}
+
 test_tls_on_every_runtime!(
     queries_and_logins_over_tls,
     many_tasks_get_their_own_answers_over_tls,
+    a_client_certificate_logs_in_and_a_refused_one_is_final,
 );
