@@ -379,6 +379,87 @@ mod tests {
         );
     }
 
+    /// A self-signed certificate for `localhost` and its key, PEM.
+    fn self_signed() -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    /// Every setting of the builder reaches the rustls configuration: a root store alone is
+    /// trust enough, the client certificate (PEM or DER) is offered, the ALPN protocols in
+    /// their order; and none of them when not set.
+    #[test]
+    fn the_builder_carries_every_setting_into_rustls() {
+        let (cert, key) = self_signed();
+        let der = CertificateDer::from_pem_slice(cert.as_bytes()).unwrap();
+        let mut store = RootCertStore::empty();
+        store.add(der.clone()).unwrap();
+        let builder = TlsConfig::builder()
+            .root_store(store)
+            .client_cert_pem(cert.as_bytes(), key.as_bytes())
+            .alpn(vec![b"postgresql".to_vec(), b"h2".to_vec()]);
+        let shown = format!("{builder:?}");
+        assert!(
+            shown.contains("roots: 1") && shown.contains("client_cert: true"),
+            "{shown}"
+        );
+        let tls = builder.build().unwrap();
+        assert!(tls.rustls().client_auth_cert_resolver.has_certs());
+        assert_eq!(
+            tls.rustls().alpn_protocols,
+            [b"postgresql".to_vec(), b"h2".to_vec()]
+        );
+        let key_der = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+        let tls = TlsConfig::builder()
+            .root(der)
+            .client_cert(
+                vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()],
+                key_der,
+            )
+            .build()
+            .unwrap();
+        assert!(tls.rustls().client_auth_cert_resolver.has_certs());
+        let plain = TlsConfig::builder()
+            .roots_pem(cert.as_bytes())
+            .build()
+            .unwrap();
+        assert!(!plain.rustls().client_auth_cert_resolver.has_certs());
+        assert!(plain.rustls().alpn_protocols.is_empty());
+    }
+
+    /// The first mistake is the one `build` reports, whatever comes after it; a client
+    /// certificate needs a certificate and a key.
+    #[test]
+    fn the_first_error_is_the_one_reported() {
+        let (cert, key) = self_signed();
+        let error = TlsConfig::builder()
+            .root(CertificateDer::from(vec![1, 2, 3]))
+            .roots_pem(cert.as_bytes())
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(&error, TlsConfigError::Certificate(why) if why.starts_with("a root certificate")),
+            "{error}"
+        );
+        let trusting = || TlsConfig::builder().roots_pem(cert.as_bytes());
+        assert_eq!(
+            trusting()
+                .client_cert_pem(b"", key.as_bytes())
+                .build()
+                .unwrap_err(),
+            TlsConfigError::ClientCert("no certificate in the chain".into())
+        );
+        let no_key = trusting()
+            .client_cert_pem(cert.as_bytes(), b"not a key")
+            .build()
+            .unwrap_err();
+        assert!(matches!(no_key, TlsConfigError::ClientCert(_)), "{no_key}");
+    }
+
     #[test]
     fn a_configuration_needs_something_to_trust() {
         assert_eq!(
