@@ -149,6 +149,20 @@ impl Pki {
         Arc::new(config)
     }
 
+    /// [`client_config`](Self::client_config), presenting `holder`'s client certificate
+    /// (this PKI's own, or another CA's).
+    pub fn client_config_presenting(&self, holder: &Pki) -> TlsConfig {
+        TlsConfig::builder()
+            .roots_pem(self.ca_pem.as_bytes())
+            .server_name("localhost")
+            .client_cert_pem(
+                holder.client_cert_pem.as_bytes(),
+                holder.client_key_pem.as_bytes(),
+            )
+            .build()
+            .expect("client TLS configuration with a certificate")
+    }
+
     /// A client configuration that trusts this CA and checks the name `localhost`.
     pub fn client_config(&self) -> TlsConfig {
         TlsConfig::builder()

@@ -210,26 +210,9 @@ async fn a_client_certificate_logs_in_and_a_refused_one_is_final(
     let server = mutual_server();
     let (postgres, pki) = (&server.0, &server.1);
     let stranger = Pki::new();
-    let trusting = || {
-        TlsConfig::builder()
-            .roots_pem(pki.ca_pem().as_bytes())
-            .server_name("localhost")
-    };
-    let signed = trusting()
-        .client_cert_pem(
-            pki.client_cert_pem().as_bytes(),
-            pki.client_key_pem().as_bytes(),
-        )
-        .build()
-        .unwrap();
-    let foreign = trusting()
-        .client_cert_pem(
-            stranger.client_cert_pem().as_bytes(),
-            stranger.client_key_pem().as_bytes(),
-        )
-        .build()
-        .unwrap();
-    let none = trusting().build().unwrap();
+    let signed = pki.client_config_presenting(pki);
+    let foreign = pki.client_config_presenting(&stranger);
+    let none = pki.client_config();
     let connect = |tls: TlsConfig| {
         let startup = Startup::new(CLIENT_NAME, "postgres");
         ClientBuilder::new(config())

@@ -575,15 +575,7 @@ async fn a_server_requiring_a_client_certificate(runtime: Arc<dyn Runtime>, tls:
         pki.server_config_requiring_client_certs(),
         TlsBehaviour::Echo,
     );
-    let with_cert = TlsConfig::builder()
-        .roots_pem(pki.ca_pem().as_bytes())
-        .server_name("localhost")
-        .client_cert_pem(
-            pki.client_cert_pem().as_bytes(),
-            pki.client_key_pem().as_bytes(),
-        )
-        .build()
-        .unwrap();
+    let with_cert = pki.client_config_presenting(&pki);
     let (client, node, _events) =
         start(&runtime, test_config(), peer.addr(), Some((tls, with_cert)));
     let answer = client

@@ -146,29 +146,12 @@ async fn the_first_of_two_addresses_gets_half_the_setup_timeout() {
 /// addresses left, not by all three), and the third connects at 6 s, within the attempt.
 #[tokio::test(start_paused = true)]
 async fn each_address_gets_its_share_of_what_is_left() {
-    let (first, _listener1, _filler1) = hanging_address();
-    let (second, _listener2, _filler2) = hanging_address();
-    let answering = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut config = config();
-    config.setup_timeout = Duration::from_secs(9);
-    let client = keepwire_tokio::client(config)
-        .node(keepwire_tokio::Endpoint::name("db.example", 5432).unwrap())
-        .resolver(resolving_to(vec![
-            first,
-            second,
-            answering.local_addr().unwrap(),
-        ]))
-        .build()
-        .unwrap();
-    let at = ready_at(&client).await;
+    let at = ready_past_two_silent_addresses(Duration::from_secs(9)).await;
     let six = Duration::from_secs(6).as_nanos() as u64;
     assert!(
         (six..six + 50_000_000).contains(&at),
         "ready at {at} ns of virtual time"
     );
-    let info = client.node_info(client.initial_nodes()[0]).await.unwrap();
-    assert_eq!(info.addr, Some(answering.local_addr().unwrap()));
-    client.shutdown().await;
 }
 
 /// Three addresses in a 4.5 s setup timeout: an equal share would be 1.5 s each (the third
@@ -176,11 +159,22 @@ async fn each_address_gets_its_share_of_what_is_left() {
 /// and the third connects at 4 s, still within the attempt.
 #[tokio::test(start_paused = true)]
 async fn each_address_gets_at_least_two_seconds() {
+    let at = ready_past_two_silent_addresses(Duration::from_millis(4500)).await;
+    let four = Duration::from_secs(4).as_nanos() as u64;
+    assert!(
+        (four..four + 50_000_000).contains(&at),
+        "ready at {at} ns of virtual time"
+    );
+}
+
+/// A name with two addresses that never answer, then one that does, with `setup_timeout`:
+/// when the node reached `Ready` (as [`ready_at`]), through the third address, in one attempt.
+async fn ready_past_two_silent_addresses(setup_timeout: Duration) -> u64 {
     let (first, _listener1, _filler1) = hanging_address();
     let (second, _listener2, _filler2) = hanging_address();
     let answering = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let mut config = config();
-    config.setup_timeout = Duration::from_millis(4500);
+    config.setup_timeout = setup_timeout;
     let client = keepwire_tokio::client(config)
         .node(keepwire_tokio::Endpoint::name("db.example", 5432).unwrap())
         .resolver(resolving_to(vec![
@@ -191,12 +185,10 @@ async fn each_address_gets_at_least_two_seconds() {
         .build()
         .unwrap();
     let at = ready_at(&client).await;
-    let four = Duration::from_secs(4).as_nanos() as u64;
-    assert!(
-        (four..four + 50_000_000).contains(&at),
-        "ready at {at} ns of virtual time"
-    );
+    let info = client.node_info(client.initial_nodes()[0]).await.unwrap();
+    assert_eq!(info.addr, Some(answering.local_addr().unwrap()));
     let counters = client.counters().await.unwrap();
     assert_eq!(counters.connects, 1, "{counters:?}");
     client.shutdown().await;
+    at
 }
