@@ -250,12 +250,14 @@ impl LengthPrefixed {
     pub const HEADER_LEN: usize = 12;
     /// Bytes of the correlation id, counted in the length field.
     const ID_LEN: u32 = 8;
+    /// The longest payload the length field can announce (it counts the id too).
+    const MAX_PAYLOAD: u32 = u32::MAX - Self::ID_LEN;
 
     /// A codec that refuses responses whose payload is longer than `max_payload` bytes
     /// (capped at `u32::MAX - 8`, the most the length field can announce).
     pub fn new(max_payload: u32) -> Self {
         Self {
-            max_payload: max_payload.min(u32::MAX - Self::ID_LEN),
+            max_payload: max_payload.min(Self::MAX_PAYLOAD),
         }
     }
 
@@ -274,7 +276,7 @@ impl LengthPrefixed {
     /// which otherwise only forwarded to it through a second call.
     #[inline(always)]
     fn frame_inline(id: u64, payload: &[u8], dst: &mut BytesMut) -> Result<(), EncodeError> {
-        let max = u64::from(u32::MAX - Self::ID_LEN);
+        let max = u64::from(Self::MAX_PAYLOAD);
         let len = u32::try_from(payload.len())
             .ok()
             .filter(|len| u64::from(*len) <= max)
@@ -486,6 +488,13 @@ mod tests {
         let mut wire = BytesMut::new();
         assert_eq!(NoPing.heartbeat(None, &mut wire), None);
         assert!(wire.is_empty());
+    }
+
+    #[test]
+    fn the_longest_payload_is_capped_by_the_length_field() {
+        assert_eq!(LengthPrefixed::new(1000).max_payload(), 1000);
+        assert_eq!(LengthPrefixed::new(u32::MAX).max_payload(), u32::MAX - 8);
+        assert_eq!(LengthPrefixed::new(u32::MAX - 8).max_payload(), u32::MAX - 8);
     }
 
     #[test]
