@@ -230,45 +230,7 @@ impl Trace {
     }
 
     fn state_changed(&mut self, node: NodeId, from: NodeState, to: NodeState, reason: Reason) {
-        let (level, message) = match (to, reason) {
-            (_, Reason::Closed(CloseReason::WriteTimeout)) => (
-                Level::WARN,
-                "write timeout: the kernel did not accept a frame in time, connection closed",
-            ),
-            (_, Reason::Closed(CloseReason::Protocol(_))) => (
-                Level::WARN,
-                "the peer broke the protocol, connection closed",
-            ),
-            (_, Reason::Closed(CloseReason::AuthFailed)) => (Level::WARN, "authentication failed"),
-            (_, Reason::Closed(CloseReason::CertificateRejected)) => {
-                (Level::WARN, "certificate rejected")
-            }
-            (_, Reason::Closed(CloseReason::ConnectFailed(Failure::NameNotFound))) => {
-                (Level::WARN, "the node's name does not exist")
-            }
-            (_, Reason::Closed(CloseReason::HeartbeatTimeout)) => (
-                Level::WARN,
-                "heartbeat timeout: the idle connection's ping got no answer in time, connection closed",
-            ),
-            (
-                _,
-                Reason::Closed(
-                    CloseReason::SetupTimeout
-                    | CloseReason::ConnectFailed(_)
-                    | CloseReason::HandshakeFailed
-                    | CloseReason::Io(_),
-                ),
-            ) => (Level::INFO, "connection failed"),
-            (_, Reason::Closed(_)) => (Level::DEBUG, "connection closed"),
-            (_, Reason::Probe) => (
-                Level::INFO,
-                "probing the quarantined node on a fresh connection",
-            ),
-            (NodeState::Connecting, _) => (Level::DEBUG, "connecting"),
-            (NodeState::Handshaking, _) => (Level::DEBUG, "connected, handshaking"),
-            (NodeState::Ready, _) => (Level::DEBUG, "ready"),
-            _ => (Level::DEBUG, "state changed"),
-        };
+        let (level, message) = state_change_level(to, reason);
         if to.is_connecting() {
             // The attempt the pool announces now is the connection opened last.
             if let Some(spans) = self.nodes.get_mut(&node) {
@@ -328,6 +290,51 @@ impl Trace {
     }
 }
 
+/// The level and message of a node's state change: a warning for what an operator must act
+/// on (a write or heartbeat timeout, a protocol violation, a final refusal, a name that does
+/// not exist), an info for a failed attempt and a probe, debug for the rest.
+fn state_change_level(to: NodeState, reason: Reason) -> (Level, &'static str) {
+    match (to, reason) {
+        (_, Reason::Closed(CloseReason::WriteTimeout)) => (
+            Level::WARN,
+            "write timeout: the kernel did not accept a frame in time, connection closed",
+        ),
+        (_, Reason::Closed(CloseReason::Protocol(_))) => (
+            Level::WARN,
+            "the peer broke the protocol, connection closed",
+        ),
+        (_, Reason::Closed(CloseReason::AuthFailed)) => (Level::WARN, "authentication failed"),
+        (_, Reason::Closed(CloseReason::CertificateRejected)) => {
+            (Level::WARN, "certificate rejected")
+        }
+        (_, Reason::Closed(CloseReason::ConnectFailed(Failure::NameNotFound))) => {
+            (Level::WARN, "the node's name does not exist")
+        }
+        (_, Reason::Closed(CloseReason::HeartbeatTimeout)) => (
+            Level::WARN,
+            "heartbeat timeout: the idle connection's ping got no answer in time, connection closed",
+        ),
+        (
+            _,
+            Reason::Closed(
+                CloseReason::SetupTimeout
+                | CloseReason::ConnectFailed(_)
+                | CloseReason::HandshakeFailed
+                | CloseReason::Io(_),
+            ),
+        ) => (Level::INFO, "connection failed"),
+        (_, Reason::Closed(_)) => (Level::DEBUG, "connection closed"),
+        (_, Reason::Probe) => (
+            Level::INFO,
+            "probing the quarantined node on a fresh connection",
+        ),
+        (NodeState::Connecting, _) => (Level::DEBUG, "connecting"),
+        (NodeState::Handshaking, _) => (Level::DEBUG, "connected, handshaking"),
+        (NodeState::Ready, _) => (Level::DEBUG, "ready"),
+        _ => (Level::DEBUG, "state changed"),
+    }
+}
+
 fn outcome_kind(outcome: &Outcome) -> &'static str {
     match outcome {
         Outcome::Response(_) => "response",
@@ -336,5 +343,117 @@ fn outcome_kind(outcome: &Outcome) -> &'static str {
         Outcome::Evicted(_) => "evicted",
         Outcome::Cancelled => "cancelled",
         _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use keepwire_proto::{EvictReason, Instant, Violation};
+
+    use super::*;
+
+    /// Each kind of state change at the level its documentation gives (a warning is for what
+    /// an operator must act on), with the message that says which it was.
+    #[test]
+    fn each_state_change_has_its_level_and_message() {
+        let down = NodeState::Disconnected {
+            reconnect_at: Instant::from_secs(1),
+        };
+        let refused = NodeState::AuthFailed {
+            reconnect_at: Instant::from_secs(30),
+        };
+        let closed = |reason| (down, Reason::Closed(reason));
+        let cases = [
+            (
+                closed(CloseReason::WriteTimeout),
+                Level::WARN,
+                "write timeout",
+            ),
+            (
+                closed(CloseReason::Protocol(Violation::MalformedHeader)),
+                Level::WARN,
+                "the peer broke the protocol",
+            ),
+            (
+                (refused, Reason::Closed(CloseReason::AuthFailed)),
+                Level::WARN,
+                "authentication failed",
+            ),
+            (
+                (refused, Reason::Closed(CloseReason::CertificateRejected)),
+                Level::WARN,
+                "certificate rejected",
+            ),
+            (
+                closed(CloseReason::ConnectFailed(Failure::NameNotFound)),
+                Level::WARN,
+                "the node's name does not exist",
+            ),
+            (
+                closed(CloseReason::HeartbeatTimeout),
+                Level::WARN,
+                "heartbeat timeout",
+            ),
+            (
+                closed(CloseReason::SetupTimeout),
+                Level::INFO,
+                "connection failed",
+            ),
+            (
+                closed(CloseReason::ConnectFailed(Failure::Refused)),
+                Level::INFO,
+                "connection failed",
+            ),
+            (
+                closed(CloseReason::HandshakeFailed),
+                Level::INFO,
+                "connection failed",
+            ),
+            (
+                closed(CloseReason::Io(Failure::Reset)),
+                Level::INFO,
+                "connection failed",
+            ),
+            (closed(CloseReason::Idle), Level::DEBUG, "connection closed"),
+            (
+                closed(CloseReason::Evicted(EvictReason::Requested)),
+                Level::DEBUG,
+                "connection closed",
+            ),
+            (
+                (NodeState::Connecting, Reason::Probe),
+                Level::INFO,
+                "probing the quarantined node",
+            ),
+            (
+                (NodeState::Connecting, Reason::Demand),
+                Level::DEBUG,
+                "connecting",
+            ),
+            (
+                (NodeState::Handshaking, Reason::Connected),
+                Level::DEBUG,
+                "connected, handshaking",
+            ),
+            (
+                (NodeState::Ready, Reason::HandshakeDone),
+                Level::DEBUG,
+                "ready",
+            ),
+            (
+                (NodeState::Closing, Reason::Draining),
+                Level::DEBUG,
+                "state changed",
+            ),
+            ((down, Reason::BackoffReset), Level::DEBUG, "state changed"),
+        ];
+        for ((to, reason), level, message) in cases {
+            let (got_level, got_message) = state_change_level(to, reason);
+            assert_eq!(got_level, level, "{reason:?}");
+            assert!(
+                got_message.starts_with(message),
+                "{reason:?}: {got_message}"
+            );
+        }
     }
 }
