@@ -494,7 +494,10 @@ mod tests {
     fn the_longest_payload_is_capped_by_the_length_field() {
         assert_eq!(LengthPrefixed::new(1000).max_payload(), 1000);
         assert_eq!(LengthPrefixed::new(u32::MAX).max_payload(), u32::MAX - 8);
-        assert_eq!(LengthPrefixed::new(u32::MAX - 8).max_payload(), u32::MAX - 8);
+        assert_eq!(
+            LengthPrefixed::new(u32::MAX - 8).max_payload(),
+            u32::MAX - 8
+        );
     }
 
     #[test]

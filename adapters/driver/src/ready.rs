@@ -145,3 +145,77 @@ impl Readiness {
         Arc::clone(&self.notify).notified_owned()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::pin::pin;
+
+    use futures_lite::future::{block_on, poll_once};
+    use keepwire_proto::{Config, Instant, Pool};
+
+    use super::*;
+
+    const BLOCKED: TargetState = TargetState::Blocked(Backpressure::NotWritable);
+
+    fn a_node() -> Target {
+        let now = Instant::from_secs(0);
+        let mut pool = Pool::new(Config::default(), now).unwrap();
+        Target::Node(pool.add_node(now, SocketAddr::from(([127, 0, 0, 1], 1))))
+    }
+
+    /// A target is watched while one of its services lives, whatever the others do; once
+    /// the last is gone the driver's word about it is forgotten, and with no service left the
+    /// driver does nothing for readiness.
+    #[test]
+    fn a_target_is_watched_until_its_last_service_is_dropped() {
+        let readiness = Readiness::default();
+        let node = a_node();
+        assert!(!readiness.watched());
+        readiness.add_service(node);
+        readiness.add_service(node);
+        readiness.add_service(Target::Best);
+        assert!(readiness.watched());
+        readiness.set(node, BLOCKED);
+        assert_eq!(readiness.state(node), Some(BLOCKED));
+        readiness.remove_service(node);
+        assert_eq!(readiness.state(node), Some(BLOCKED), "one service left");
+        readiness.remove_service(node);
+        assert_eq!(readiness.state(node), Some(TargetState::Ready), "forgotten");
+        readiness.set(node, BLOCKED);
+        assert_eq!(
+            readiness.state(node),
+            Some(TargetState::Ready),
+            "a word about a target nobody watches is dropped"
+        );
+        assert!(readiness.watched(), "Best's service");
+        readiness.remove_service(Target::Best);
+        assert!(!readiness.watched());
+    }
+
+    /// The waiting services are woken when a watched target's state changes, not when the
+    /// driver recomputes the same states; and when the driver stops, after which no state
+    /// is told.
+    #[test]
+    fn a_change_wakes_the_waiters_and_a_recomputation_does_not() {
+        let readiness = Readiness::default();
+        let node = a_node();
+        readiness.add_service(node);
+        let woken = |state: TargetState| {
+            let mut waiting = pin!(readiness.notified());
+            waiting.as_mut().enable();
+            readiness.update(|_| state);
+            block_on(poll_once(waiting)).is_some()
+        };
+        assert!(!woken(TargetState::Ready), "unchanged");
+        assert!(woken(BLOCKED));
+        assert_eq!(readiness.state(node), Some(BLOCKED));
+        assert!(!woken(BLOCKED), "unchanged");
+        assert!(woken(TargetState::Gone));
+        let mut waiting = pin!(readiness.notified());
+        waiting.as_mut().enable();
+        readiness.stop();
+        assert!(block_on(poll_once(waiting)).is_some());
+        assert_eq!(readiness.state(node), None);
+    }
+}
