@@ -135,3 +135,38 @@ pub fn connect(
         }) as Box<dyn IoStream>)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::future::poll_fn;
+    use std::io::Write;
+    use std::net::TcpListener;
+
+    use bytes::BytesMut;
+    use futures_lite::future::block_on;
+
+    use super::*;
+
+    /// The default `poll_read_buf` (this stream's) reads no more than the buffer has room
+    /// for, whatever the limit: a buffer half full of an earlier response, 10 bytes waiting,
+    /// a limit of 100, and 4 bytes of room take 4, without growing the buffer.
+    #[test]
+    fn a_read_into_a_buffer_stops_at_its_room() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut stream =
+            block_on(Async::<TcpStream>::connect(listener.local_addr().unwrap())).unwrap();
+        let (mut peer, _) = listener.accept().unwrap();
+        peer.write_all(b"0123456789").unwrap();
+        let mut buf = BytesMut::with_capacity(8);
+        buf.extend_from_slice(b"held");
+        let capacity = buf.capacity();
+        let mut scratch = [0; 64];
+        let read = block_on(poll_fn(|cx| {
+            IoStream::poll_read_buf(&mut stream, cx, &mut buf, 100, &mut scratch)
+        }))
+        .unwrap();
+        assert_eq!(read, capacity - 4);
+        assert_eq!(&buf[..8], b"held0123");
+        assert_eq!(buf.capacity(), capacity, "the buffer did not grow");
+    }
+}

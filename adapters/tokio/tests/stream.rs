@@ -1,0 +1,29 @@
+//! keepwire's `IoStream` on tokio's `TcpStream`, read in place.
+
+use std::future::poll_fn;
+use std::io::Write;
+
+use bytes::BytesMut;
+use keepwire_tokio::IoStream;
+
+/// tokio's stream reads into the buffer's spare capacity, in place, and no more than the
+/// buffer has room for, whatever the limit: a buffer half full of an earlier response, 10
+/// bytes waiting, a limit of 100, and 4 bytes of room take 4, without growing the buffer.
+#[tokio::test]
+async fn a_read_into_a_buffer_stops_at_its_room() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut stream = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (mut peer, _) = listener.accept().unwrap();
+    peer.write_all(b"0123456789").unwrap();
+    let mut buf = BytesMut::with_capacity(8);
+    buf.extend_from_slice(b"held");
+    let capacity = buf.capacity();
+    let read = poll_fn(|cx| IoStream::poll_read_buf(&mut stream, cx, &mut buf, 100, &mut []))
+        .await
+        .unwrap();
+    assert_eq!(read, capacity - 4);
+    assert_eq!(&buf[..8], b"held0123");
+    assert_eq!(buf.capacity(), capacity, "the buffer did not grow");
+}
