@@ -348,9 +348,43 @@ fn outcome_kind(outcome: &Outcome) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use keepwire_proto::{EvictReason, Instant, Violation};
+    use std::net::SocketAddr;
+    use std::ptr;
+
+    use keepwire_proto::{Config, EvictReason, Instant, Violation};
 
     use super::*;
+
+    /// An event about a connection goes under that connection's span: the latest one's or
+    /// the one opened next; an event about another connection under the node's, and one that
+    /// names none under the latest connection's.
+    #[test]
+    fn an_event_goes_under_the_span_of_the_connection_it_names() {
+        let now = Instant::from_secs(0);
+        let mut pool = Pool::new(Config::default(), now).unwrap();
+        let [latest, next, other] = [1, 2, 3].map(|port| {
+            let node = pool.add_node(now, SocketAddr::from(([127, 0, 0, 1], port)));
+            pool.connect(now, node).unwrap();
+            loop {
+                match pool.poll_action() {
+                    Some(Action::Open { conn, .. }) => break conn,
+                    Some(_) => {}
+                    None => panic!("no connection opened"),
+                }
+            }
+        });
+        let spans = NodeSpans {
+            span: Span::none(),
+            conn: Some((latest, Span::none())),
+            next: Some((next, Span::none())),
+        };
+        let latest_span = &spans.conn.as_ref().unwrap().1;
+        let next_span = &spans.next.as_ref().unwrap().1;
+        assert!(ptr::eq(spans.for_conn(Some(latest)), latest_span));
+        assert!(ptr::eq(spans.for_conn(Some(next)), next_span));
+        assert!(ptr::eq(spans.for_conn(Some(other)), &spans.span));
+        assert!(ptr::eq(spans.for_conn(None), latest_span));
+    }
 
     /// Each kind of state change at the level its documentation gives (a warning is for what
     /// an operator must act on), with the message that says which it was.
