@@ -1,5 +1,7 @@
 //! What an operator's `tracing` subscriber sees, on every runtime: every request's end is a
-//! trace event, a write timeout is a warning, an eviction an info, a quarantine a warning, each under the spans of its node
+//! trace event, a write timeout is a warning, an eviction an info, a quarantine a warning,
+//! a watermark flip a warning and its end an info, panic mode a warning and a readmission an
+//! info, each under the spans of its node
 //! (with the node's address) and connection, with its typed reason. The subscriber is the
 //! test's thread-local default and every task runs on that thread.
 
@@ -10,7 +12,7 @@ use keepwire_driver::{ClientBuilder, Runtime, SendError, Target};
 use keepwire_proto::{CloseReason, Event};
 use keepwire_tests::collect::{CollectingSubscriber, SeenEvent};
 use keepwire_tests::peers::{Behaviour, Peer, RefusingPort};
-use keepwire_tests::{test_config, test_on_this_thread_on_every_runtime, wait_for};
+use keepwire_tests::{spawn, test_config, test_on_this_thread_on_every_runtime, wait_for};
 use tracing::Level;
 
 /// Runs `body` with a collecting subscriber as the thread's default, and returns what it saw.
@@ -215,9 +217,127 @@ async fn every_request_ends_with_a_trace_event_under_its_node(runtime: Arc<dyn R
     }
 }
 
+/// A connection above its high watermark is a warning (sends are rejected), and back below
+/// its low watermark an info, each with the pending bytes, under its node and connection: a
+/// server that stalls while a 2 MiB request is on its way, then resumes.
+async fn a_watermark_flip_is_a_warning_and_its_end_an_info(runtime: Arc<dyn Runtime>) {
+    let peer = Peer::start(Behaviour::Echo);
+    let events = traced(async {
+        let mut config = test_config();
+        config.socket.send_buffer_size = Some(4096);
+        config.socket.recv_buffer_size = Some(4096);
+        config.high_watermark = 1 << 20;
+        config.low_watermark = 1 << 19;
+        config.write_timeout = Duration::from_secs(5);
+        let client = ClientBuilder::new(config)
+            .node(peer.addr())
+            .build(Arc::clone(&runtime))
+            .unwrap();
+        let mut events = client.subscribe();
+        let answer = client
+            .send(Target::Best, &b"warm up"[..], Duration::from_secs(5))
+            .await;
+        assert!(answer.is_ok(), "{answer:?}");
+        peer.stall();
+        let big = spawn(&*runtime, {
+            let client = client.clone();
+            async move {
+                client
+                    .send(Target::Best, vec![7u8; 2 << 20], Duration::from_secs(10))
+                    .await
+            }
+        });
+        for writable in [false, true] {
+            if writable {
+                peer.resume();
+            }
+            wait_for(
+                &*runtime,
+                &mut events,
+                Duration::from_secs(5),
+                "a watermark flip",
+                |e| {
+                    matches!(e, Event::Writability { writable: w, .. } if *w == writable)
+                        .then_some(())
+                },
+            )
+            .await;
+        }
+        let answer = big.join().await;
+        assert_eq!(answer.map(|a| a.len()), Ok(2 << 20));
+        client.shutdown().await;
+    })
+    .await;
+    let addr = peer.addr().to_string();
+    let unwritable = the(&events, "not writable");
+    assert_eq!(unwritable.level, Level::WARN);
+    let writable = the(&events, "writable again");
+    assert_eq!(writable.level, Level::INFO);
+    for flip in [unwritable, writable] {
+        assert!(flip.fields["pending"].parse::<u64>().is_ok(), "{flip:?}");
+        assert_eq!(flip.span_field("keepwire_node", "addr"), Some(&*addr));
+        assert!(
+            flip.span_field("keepwire_conn", "conn").is_some(),
+            "{flip:?}"
+        );
+    }
+}
+
+/// A sole node quarantined enters panic mode (a warning with the healthy and admitted
+/// counts); its probe's readmission is an info with how, and the end of panic mode an info.
+async fn readmission_and_panic_mode_are_told(runtime: Arc<dyn Runtime>) {
+    let mut peer = Peer::start(Behaviour::Echo);
+    peer.kill();
+    let events = traced(async {
+        let mut config = test_config();
+        config.quarantine_after_failures = 1;
+        config.probe_backoff = Duration::from_millis(200);
+        let client = ClientBuilder::new(config)
+            .node(peer.addr())
+            .build(Arc::clone(&runtime))
+            .unwrap();
+        let mut events = client.subscribe();
+        let refused = client
+            .send(Target::Best, &b"ping"[..], Duration::from_secs(5))
+            .await;
+        assert!(refused.is_err(), "{refused:?}");
+        peer.revive(Behaviour::Echo);
+        wait_for(
+            &*runtime,
+            &mut events,
+            Duration::from_secs(5),
+            "readmission",
+            |e| matches!(e, Event::Readmitted { .. }).then_some(()),
+        )
+        .await;
+        client.shutdown().await;
+    })
+    .await;
+    let panic = the(&events, "panic mode:");
+    assert_eq!(panic.level, Level::WARN);
+    assert_eq!(
+        (
+            panic.fields["healthy"].as_str(),
+            panic.fields["admitted"].as_str()
+        ),
+        ("0", "1")
+    );
+    assert!(panic.span_field("keepwire_client", "seed").is_some());
+    let readmitted = the(&events, "node readmitted");
+    assert_eq!(readmitted.level, Level::INFO);
+    assert_eq!(readmitted.fields["kind"], "probe");
+    assert_eq!(
+        readmitted.span_field("keepwire_node", "addr"),
+        Some(&*peer.addr().to_string())
+    );
+    assert_eq!(the(&events, "panic mode over").level, Level::INFO);
+}
+
 test_on_this_thread_on_every_runtime!(
     every_request_ends_with_a_trace_event_under_its_node,
     a_write_timeout_is_a_warning_under_its_node_and_connection,
     an_eviction_is_an_info_with_its_reason,
     a_quarantine_is_a_warning_with_its_cause,
+    a_watermark_flip_is_a_warning_and_its_end_an_info,
+    readmission_and_panic_mode_are_told,
 );
