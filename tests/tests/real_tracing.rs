@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use keepwire_driver::{ClientBuilder, Runtime, SendError, Target};
+use keepwire_driver::{ClientBuilder, HandshakeError, HandshakeIo, Runtime, SendError, Target};
 use keepwire_proto::{CloseReason, Event};
 use keepwire_tests::collect::{CollectingSubscriber, SeenEvent};
 use keepwire_tests::peers::{Behaviour, Peer, RefusingPort};
@@ -333,6 +333,54 @@ async fn readmission_and_panic_mode_are_told(runtime: Arc<dyn Runtime>) {
     assert_eq!(the(&events, "panic mode over").level, Level::INFO);
 }
 
+/// What the client itself reports: a socket option the kernel capped and a refused
+/// handshake are warnings under the connection they are about (with the report and the
+/// error), and a removed node says so at debug level under its node.
+async fn client_events_are_told_under_their_connection(runtime: Arc<dyn Runtime>) {
+    let peer = Peer::start(Behaviour::Echo);
+    let events = traced(async {
+        let mut config = test_config();
+        config.socket.send_buffer_size = Some(u32::MAX / 2); // above any kernel's cap
+        let refused = |_io: HandshakeIo| async {
+            Err::<HandshakeIo, _>(HandshakeError::auth("bad credentials"))
+        };
+        let client = ClientBuilder::new(config)
+            .node(peer.addr())
+            .handshake(refused)
+            .build(Arc::clone(&runtime))
+            .unwrap();
+        let node = client.initial_nodes()[0];
+        let outcome = client
+            .send(Target::Node(node), &b"hi"[..], Duration::from_secs(5))
+            .await;
+        assert!(outcome.is_err_and(|e| e.is_final()));
+        client.remove_node(node).await.unwrap();
+        client.shutdown().await;
+    })
+    .await;
+    let capped = the(&events, "socket options not applied");
+    assert_eq!(capped.level, Level::WARN);
+    assert!(capped.fields["report"].contains("SendBuffer"), "{capped:?}");
+    let handshake = the(&events, "handshake failed");
+    assert_eq!(handshake.level, Level::WARN);
+    assert!(
+        handshake.fields["error"].contains("bad credentials"),
+        "{handshake:?}"
+    );
+    for event in [capped, handshake] {
+        assert!(
+            event.span_field("keepwire_conn", "conn").is_some(),
+            "{event:?}"
+        );
+    }
+    let removed = the(&events, "node removed");
+    assert_eq!(removed.level, Level::DEBUG);
+    assert_eq!(
+        removed.span_field("keepwire_node", "addr"),
+        Some(&*peer.addr().to_string())
+    );
+}
+
 test_on_this_thread_on_every_runtime!(
     every_request_ends_with_a_trace_event_under_its_node,
     a_write_timeout_is_a_warning_under_its_node_and_connection,
@@ -340,4 +388,5 @@ test_on_this_thread_on_every_runtime!(
     a_quarantine_is_a_warning_with_its_cause,
     a_watermark_flip_is_a_warning_and_its_end_an_info,
     readmission_and_panic_mode_are_told,
+    client_events_are_told_under_their_connection,
 );
