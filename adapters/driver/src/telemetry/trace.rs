@@ -386,6 +386,30 @@ mod tests {
         assert!(ptr::eq(spans.for_conn(None), latest_span));
     }
 
+    /// A request's end is named by how it ended (the connection's close by its reason).
+    #[test]
+    fn each_outcome_has_its_name() {
+        use keepwire_proto::Phase;
+        let cases = [
+            (Outcome::Response(bytes::Bytes::new()), "response"),
+            (
+                Outcome::DeadlineExceeded {
+                    phase: Phase::Queued,
+                },
+                "deadline_exceeded",
+            ),
+            (
+                Outcome::ConnectionLost(CloseReason::WriteTimeout),
+                "write_timeout",
+            ),
+            (Outcome::Evicted(EvictReason::Readmitted), "evicted"),
+            (Outcome::Cancelled, "cancelled"),
+        ];
+        for (outcome, name) in cases {
+            assert_eq!(outcome_kind(&outcome), name, "{outcome:?}");
+        }
+    }
+
     /// Each kind of state change at the level its documentation gives (a warning is for what
     /// an operator must act on), with the message that says which it was.
     #[test]
