@@ -300,9 +300,10 @@ impl fmt::Display for HandshakeError {
 impl std::error::Error for HandshakeError {}
 
 /// A stream error in a handshake hook (`?` on a read or write): a [`failed`](Self::failed)
-/// handshake, unless it is a refusal ([`refusal_of`]): a rustls certificate alert (a TLS
-/// 1.3 server refusing our certificate, which a hook meets on its first read after the TLS
-/// handshake, as PostgreSQL's startup does) or a `HandshakeError` inside the error.
+/// handshake, unless it is a refusal: a rustls certificate alert (a TLS 1.3 server refusing
+/// our certificate, which a hook meets on its first read after the TLS handshake, as
+/// PostgreSQL's startup does) or a `HandshakeError` inside the error (see
+/// [`IoStream`](crate::IoStream#a-refusal-after-the-handshake)).
 impl From<io::Error> for HandshakeError {
     fn from(e: io::Error) -> Self {
         refusal_of(&e).unwrap_or_else(|| Self::failed(e.to_string()))
@@ -315,7 +316,7 @@ impl From<io::Error> for HandshakeError {
 /// later read. Recognised: an error whose inner error is a [`HandshakeError`] (how a stream
 /// of your own reports one; see [`IoStream`](crate::IoStream#a-refusal-after-the-handshake)),
 /// and, with the `tls` feature, a rustls error that
-/// [`tls::handshake_error`](crate::tls::handshake_error) reads as a certificate refusal.
+/// `tls::handshake_error` reads as a certificate refusal.
 #[cold]
 pub(crate) fn refusal_of(error: &io::Error) -> Option<HandshakeError> {
     let inner = error.get_ref()?;
