@@ -10,8 +10,8 @@ use bytes::Bytes;
 
 use super::{Harness, exact, ms, secs};
 use crate::{
-    Action, CloseReason, Config, Endpoint, Event, Failure, HandshakeFailure, NodeId, NodeState,
-    Outcome, QuarantineCause, RequestId, Sent, SubmitError, Target, Unavailable,
+    Action, CloseReason, Config, ConnId, Endpoint, Event, Failure, HandshakeFailure, NodeId,
+    NodeState, Outcome, QuarantineCause, RequestId, Sent, SubmitError, Target, Unavailable,
 };
 
 const NS: core::time::Duration = core::time::Duration::from_nanos(1);
@@ -49,11 +49,17 @@ fn connect_fails(h: &mut Harness, failure: Failure) {
     h.collect();
 }
 
+/// Runs the node's pending connect to its handshake: the connection, handshaking.
+fn handshaking(h: &mut Harness) -> ConnId {
+    let (conn, _) = h.expect_open();
+    h.pool.handle_connected(h.now, conn).unwrap();
+    conn
+}
+
 /// Runs the node's pending connect to its handshake and fails it with `failure`; proto closes
 /// the connection.
 fn handshake_fails(h: &mut Harness, failure: HandshakeFailure) {
-    let (conn, _) = h.expect_open();
-    h.pool.handle_connected(h.now, conn).unwrap();
+    let conn = handshaking(h);
     h.pool
         .handle_handshake_failed(h.now, conn, failure)
         .unwrap();
@@ -156,8 +162,7 @@ fn a_certificate_refused_after_the_handshake_is_final_too() {
     let mut h = Harness::new(config);
     let node = h.add();
     h.pool.connect(h.now, node).unwrap();
-    let (conn, _) = h.expect_open();
-    h.pool.handle_connected(h.now, conn).unwrap();
+    let conn = handshaking(&mut h);
     h.pool.handle_handshake_done(h.now, conn).unwrap();
     h.collect();
     h.take_actions(); // the handshake's
