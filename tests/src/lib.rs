@@ -27,13 +27,14 @@ pub mod sim;
 pub mod tls;
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant as WallClock};
 
 use bytes::Bytes;
 use keepwire_driver::{
-    Client, ClientEvent, Events, HandshakeError, HandshakeIo, Runtime, SendError, Target,
-    sleep_until,
+    Client, ClientBuilder, ClientEvent, Events, HandshakeError, HandshakeIo, Runtime, SendError,
+    Target, sleep_until,
 };
 use keepwire_proto::{Config, Event};
 
@@ -271,6 +272,19 @@ pub fn test_config() -> Config {
     config.quarantine_after_failures = 1000;
     config.quarantine_after_timeouts = 1000;
     config
+}
+
+/// A client of the one node at `addr` that quarantines it at its first failure and probes it
+/// 200 ms later: with the node's server down, a send is refused, the sole node is
+/// quarantined (panic mode), and once the server is back the probe readmits it.
+pub fn quick_to_quarantine(runtime: &Arc<dyn Runtime>, addr: SocketAddr) -> Client {
+    let mut config = test_config();
+    config.quarantine_after_failures = 1;
+    config.probe_backoff = Duration::from_millis(200);
+    ClientBuilder::new(config)
+        .node(addr)
+        .build(Arc::clone(runtime))
+        .expect("a client of one node")
 }
 
 /// A handshake hook that never finishes: the connection stays in its setup until the setup

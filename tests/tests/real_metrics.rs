@@ -13,8 +13,8 @@ use keepwire_proto::{CloseReason, Event, Readmission};
 use keepwire_tests::collect::{CollectingRecorder, CollectingSubscriber};
 use keepwire_tests::peers::{Behaviour, Peer};
 use keepwire_tests::{
-    endless_handshake, sleep, spawn, test_config, test_on_this_thread_on_every_runtime, wait_for,
-    within,
+    endless_handshake, quick_to_quarantine, sleep, spawn, test_config,
+    test_on_this_thread_on_every_runtime, wait_for, within,
 };
 
 async fn counters_and_gauges_carry_the_documented_names_and_values(runtime: Arc<dyn Runtime>) {
@@ -298,13 +298,7 @@ async fn quarantine_panic_mode_probe_and_readmission_show(runtime: Arc<dyn Runti
     let _local = metrics::set_default_local_recorder(&recorder);
     let mut peer = Peer::start(Behaviour::Echo);
     peer.kill();
-    let mut config = test_config();
-    config.quarantine_after_failures = 1;
-    config.probe_backoff = Duration::from_millis(200);
-    let client = ClientBuilder::new(config)
-        .node(peer.addr())
-        .build(Arc::clone(&runtime))
-        .unwrap();
+    let client = quick_to_quarantine(&runtime, peer.addr());
     let mut events = client.subscribe();
     let label = peer.addr().to_string();
     let node = [("node", label.as_str())];

@@ -12,7 +12,9 @@ use keepwire_driver::{ClientBuilder, HandshakeError, HandshakeIo, Runtime, SendE
 use keepwire_proto::{CloseReason, Event};
 use keepwire_tests::collect::{CollectingSubscriber, SeenEvent};
 use keepwire_tests::peers::{Behaviour, Peer, RefusingPort};
-use keepwire_tests::{spawn, test_config, test_on_this_thread_on_every_runtime, wait_for};
+use keepwire_tests::{
+    quick_to_quarantine, spawn, test_config, test_on_this_thread_on_every_runtime, wait_for,
+};
 use tracing::Level;
 
 /// Runs `body` with a collecting subscriber as the thread's default, and returns what it saw.
@@ -289,13 +291,7 @@ async fn readmission_and_panic_mode_are_told(runtime: Arc<dyn Runtime>) {
     let mut peer = Peer::start(Behaviour::Echo);
     peer.kill();
     let events = traced(async {
-        let mut config = test_config();
-        config.quarantine_after_failures = 1;
-        config.probe_backoff = Duration::from_millis(200);
-        let client = ClientBuilder::new(config)
-            .node(peer.addr())
-            .build(Arc::clone(&runtime))
-            .unwrap();
+        let client = quick_to_quarantine(&runtime, peer.addr());
         let mut events = client.subscribe();
         let refused = client
             .send(Target::Best, &b"ping"[..], Duration::from_secs(5))
