@@ -564,11 +564,10 @@ async fn a_named_node_checks_its_name_in_the_certificate(runtime: Arc<dyn Runtim
 
 /// Mutual TLS: a server that requires a client certificate signed by its CA answers a client
 /// that presents one (`client_cert_pem`). A client with none is refused, and TLS 1.3 says so
-/// only after the client's side of the handshake is done: the refusal arrives with the first
-/// read, after the connection turned ready and the request was written. It is still the
-/// typed, final `CertificateRejected` a refusal during the handshake is: the request ends with
-/// it, not retried, the node enters `AuthFailed` and nothing reconnects meanwhile (it used to
-/// end as a retryable I/O error, and every reconnect lost one more request).
+/// only after the client's side of the handshake is done: the refusal arrives with a read,
+/// once the connection is ready. It is still the typed, final `CertificateRejected` a refusal
+/// during the handshake is: the request ends with it, not retried, the node enters
+/// `AuthFailed` and nothing reconnects meanwhile.
 async fn a_server_requiring_a_client_certificate(runtime: Arc<dyn Runtime>, tls: TlsOn) {
     let pki = Pki::new();
     let peer = TlsPeer::start(
