@@ -169,4 +169,61 @@ mod tests {
         assert_eq!(&buf[..8], b"held0123");
         assert_eq!(buf.capacity(), capacity, "the buffer did not grow");
     }
+
+    /// A stream the driver got from [`connect`] to a listener on loopback, and the peer.
+    fn connected() -> (Box<dyn IoStream>, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (socket, _) = PreparedSocket::new(addr, &crate::SocketOptions::default()).unwrap();
+        let stream = block_on(connect(socket, addr)).unwrap();
+        (stream, listener.accept().unwrap().0)
+    }
+
+    /// Writes `bytes` through `stream`'s plain and vectored writes; returns what each said
+    /// it wrote.
+    fn write_both(stream: &mut dyn IoStream, bytes: &[u8]) -> (usize, usize) {
+        let plain = block_on(poll_fn(|cx| stream.poll_write(cx, bytes))).unwrap();
+        let (head, tail) = bytes.split_at(2);
+        let slices = [IoSlice::new(head), IoSlice::new(tail)];
+        let vectored = block_on(poll_fn(|cx| stream.poll_write_vectored(cx, &slices))).unwrap();
+        (plain, vectored)
+    }
+
+    /// Both streams (the driver's and async-io's own) say how much they wrote, and it is
+    /// what the peer reads: a write of 5 bytes into an empty socket buffer takes all 5.
+    #[test]
+    fn writes_report_what_reached_the_peer() {
+        let (mut driver_stream, mut peer) = connected();
+        assert_eq!(write_both(&mut *driver_stream, b"hello"), (5, 5));
+
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut plain =
+            block_on(Async::<TcpStream>::connect(listener.local_addr().unwrap())).unwrap();
+        let (mut plain_peer, _) = listener.accept().unwrap();
+        assert_eq!(write_both(&mut plain, b"world"), (5, 5));
+
+        for (peer, expected) in [(&mut peer, b"hellohello"), (&mut plain_peer, b"worldworld")] {
+            let mut got = [0; 10];
+            Read::read_exact(peer, &mut got).unwrap();
+            assert_eq!(&got, expected);
+        }
+    }
+
+    /// A read that fails for any reason but "would block" is that error, not a wait for the
+    /// reactor: a peer that resets the connection is `ConnectionReset` (asked again, the
+    /// socket would say end of stream, and the reset's cause would be lost).
+    #[test]
+    fn a_reset_reads_as_an_error() {
+        let (mut stream, peer) = connected();
+        socket2::SockRef::from(&peer)
+            .set_linger(Some(std::time::Duration::ZERO))
+            .unwrap();
+        drop(peer);
+        let mut buf = [0; 16];
+        let read = block_on(poll_fn(|cx| stream.poll_read(cx, &mut buf)));
+        assert_eq!(
+            read.map_err(|e| e.kind()),
+            Err(io::ErrorKind::ConnectionReset)
+        );
+    }
 }
