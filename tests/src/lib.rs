@@ -18,6 +18,7 @@
 pub mod collect;
 pub mod names;
 pub mod netns;
+pub mod panicking;
 pub mod peers;
 pub mod pg;
 pub mod protocols;

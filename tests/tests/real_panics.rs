@@ -6,49 +6,14 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use bytes::BytesMut;
 use keepwire_driver::{
-    ClientBuilder, ClientEvent, Codec, Correlation, Decoded, Decoder, EncodeError, Events,
-    HandshakeError, HandshakeIo, LengthPrefixed, Runtime, SendError, Target,
+    ClientBuilder, ClientEvent, EncodeError, Events, HandshakeError, HandshakeIo, Runtime,
+    SendError, Target,
 };
 use keepwire_proto::{CloseReason, Sent, Violation};
+use keepwire_tests::panicking::PanicsOnBoom;
 use keepwire_tests::peers::{Behaviour, Peer};
 use keepwire_tests::{test_config, test_on_every_runtime, within};
-
-/// The built-in codec, except that it panics framing a `bang` request and decoding a `boom`
-/// response.
-#[derive(Debug)]
-struct PanicsOnBoom;
-
-impl Codec for PanicsOnBoom {
-    fn correlation(&self) -> Correlation {
-        LengthPrefixed::default().correlation()
-    }
-
-    fn encode(
-        &self,
-        payload: &[u8],
-        id: Option<u64>,
-        dst: &mut BytesMut,
-    ) -> Result<(), EncodeError> {
-        assert!(payload != b"bang", "codec bug");
-        LengthPrefixed::default().encode(payload, id, dst)
-    }
-
-    fn decoder(&self) -> Box<dyn Decoder> {
-        Box::new(PanicsOnBoom)
-    }
-}
-
-impl Decoder for PanicsOnBoom {
-    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Decoded>, Violation> {
-        let response = LengthPrefixed::default().decode(buf)?;
-        if let Some(Decoded::Tagged { payload, .. }) = &response {
-            assert!(payload != "boom", "codec bug");
-        }
-        Ok(response)
-    }
-}
 
 async fn a_panicking_codec_ends_only_its_connection(runtime: Arc<dyn Runtime>) {
     let bad = Peer::start(Behaviour::Echo);

@@ -1,7 +1,7 @@
 //! What an operator's `tracing` subscriber sees, on every runtime: every request's end is a
 //! trace event, a write timeout is a warning, an eviction an info, a quarantine a warning,
 //! a watermark flip a warning and its end an info, panic mode a warning and a readmission an
-//! info, each under the spans of its node
+//! info, a codec's panic an error, each under the spans of its node
 //! (with the node's address) and connection, with its typed reason. The subscriber is the
 //! test's thread-local default and every task runs on that thread.
 
@@ -11,6 +11,7 @@ use std::time::Duration;
 use keepwire_driver::{ClientBuilder, HandshakeError, HandshakeIo, Runtime, SendError, Target};
 use keepwire_proto::{CloseReason, Event};
 use keepwire_tests::collect::{CollectingSubscriber, SeenEvent};
+use keepwire_tests::panicking::PanicsOnBoom;
 use keepwire_tests::peers::{Behaviour, Peer, RefusingPort};
 use keepwire_tests::{
     quick_to_quarantine, spawn, test_config, test_on_this_thread_on_every_runtime, wait_for,
@@ -377,6 +378,37 @@ async fn client_events_are_told_under_their_connection(runtime: Arc<dyn Runtime>
     );
 }
 
+async fn a_codec_panic_is_an_error_under_its_connection(runtime: Arc<dyn Runtime>) {
+    let peer = Peer::start(Behaviour::Echo);
+    let events = traced(async {
+        let client = ClientBuilder::new(test_config())
+            .node(peer.addr())
+            .codec(PanicsOnBoom)
+            .build(Arc::clone(&runtime))
+            .unwrap();
+        let outcome = client
+            .send(Target::Best, &b"boom"[..], Duration::from_secs(5))
+            .await;
+        assert!(
+            matches!(outcome, Err(SendError::Protocol { .. })),
+            "{outcome:?}"
+        );
+        client.shutdown().await;
+    })
+    .await;
+    let panicked = the(&events, "the codec panicked");
+    assert_eq!(panicked.level, Level::ERROR);
+    assert_eq!(panicked.fields["panic"], "codec bug");
+    assert!(
+        panicked.span_field("keepwire_conn", "conn").is_some(),
+        "{panicked:?}"
+    );
+    assert_eq!(
+        panicked.span_field("keepwire_node", "addr"),
+        Some(&*peer.addr().to_string())
+    );
+}
+
 test_on_this_thread_on_every_runtime!(
     every_request_ends_with_a_trace_event_under_its_node,
     a_write_timeout_is_a_warning_under_its_node_and_connection,
@@ -385,4 +417,5 @@ test_on_this_thread_on_every_runtime!(
     a_watermark_flip_is_a_warning_and_its_end_an_info,
     readmission_and_panic_mode_are_told,
     client_events_are_told_under_their_connection,
+    a_codec_panic_is_an_error_under_its_connection,
 );
