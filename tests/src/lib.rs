@@ -3,9 +3,9 @@
 //! Support for keepwire's cross-crate tests: loopback [`peers`], the real-kernel half-open
 //! helper ([`netns`]), the three [`runtimes`] behind one trait, small async helpers that work
 //! on every runtime, a tracing subscriber and a metrics recorder that keep what they see
-//! ([`collect`]), [`tls`] (test certificates and loopback TLS servers), and [`sim`], a
-//! deterministic simulator of kernels, links and servers around the real `Pool` (with the
-//! incident replays and the chaos runs). The tests live in
+//! ([`collect`]), [`tls`] (test certificates and loopback TLS servers), a codec with a bug
+//! ([`panicking`]), and [`sim`], a deterministic simulator of kernels, links and servers
+//! around the real `Pool` (with the incident replays and the chaos runs). The tests live in
 //! `tests/real_*.rs` (real sockets, every runtime) and `tests/sim_*.rs` (simulated clock,
 //! keepwire-proto only: [`sim`], and for `sim_availability.rs` the older scripted simulator in
 //! `tests/sim/`); `examples/replay.rs` replays the incidents.
