@@ -223,4 +223,62 @@ mod tests {
         );
         assert_eq!(Backpressure::NoNode.to_string(), "no node available");
     }
+
+    /// A runtime that never runs the driver it is given: enough for a client whose services
+    /// are only made and dropped.
+    #[derive(Debug)]
+    struct DriverNeverRuns;
+
+    impl crate::Runtime for DriverNeverRuns {
+        fn now(&self) -> std::time::Instant {
+            std::time::Instant::now()
+        }
+
+        fn new_timer(&self, _: std::time::Instant) -> Pin<Box<dyn crate::Timer>> {
+            unreachable!("the driver never runs")
+        }
+
+        fn spawn(&self, driver: BoxFuture<'static, ()>) {
+            drop(driver);
+        }
+
+        fn connect(
+            &self,
+            _: crate::PreparedSocket,
+            _: std::net::SocketAddr,
+        ) -> BoxFuture<'static, std::io::Result<Box<dyn crate::IoStream>>> {
+            unreachable!("the driver never runs")
+        }
+    }
+
+    /// The driver recomputes readiness only while a service lives, and only for the targets
+    /// live services watch: the last service of a target to go takes the target off the
+    /// list (a new one starts from "ready" until the driver says otherwise), and the last
+    /// service of all ends the work.
+    #[test]
+    fn dropped_services_are_no_longer_watched() {
+        let client = crate::ClientBuilder::new(keepwire_proto::Config::default())
+            .build(Arc::new(DriverNeverRuns))
+            .unwrap();
+        let readiness = Arc::new(Readiness::default());
+        let service = |target| {
+            ClientService::new(
+                client.clone(),
+                Arc::clone(&readiness),
+                target,
+                Duration::from_secs(1),
+            )
+        };
+        let (first, second) = (service(Target::Best), service(Target::Best));
+        readiness.set(
+            Target::Best,
+            TargetState::Blocked(Backpressure::NotWritable),
+        );
+        drop(first);
+        assert!(readiness.watched());
+        assert_eq!(second.backpressure(), Some(Backpressure::NotWritable));
+        drop(second);
+        assert!(!readiness.watched(), "no service is alive");
+        assert_eq!(service(Target::Best).backpressure(), None, "a fresh entry");
+    }
 }
