@@ -669,6 +669,89 @@ fn into_event(next: Next<ClientEvent>) -> Option<ClientEvent> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::EncodeError;
+    use crate::codec::Correlation;
+    use crate::runtime::DriverNeverRuns;
+
+    fn build(builder: ClientBuilder) -> Result<Client, BuildError> {
+        builder.build(Arc::new(DriverNeverRuns))
+    }
+
+    /// A codec without a heartbeat ping: the built-in one, with the trait's default
+    /// `heartbeat`.
+    #[derive(Debug)]
+    struct NoPing;
+
+    impl Codec for NoPing {
+        fn correlation(&self) -> Correlation {
+            LengthPrefixed::default().correlation()
+        }
+
+        fn encode(
+            &self,
+            payload: &[u8],
+            id: Option<u64>,
+            dst: &mut bytes::BytesMut,
+        ) -> Result<(), EncodeError> {
+            LengthPrefixed::default().encode(payload, id, dst)
+        }
+
+        fn decoder(&self) -> Box<dyn crate::Decoder> {
+            LengthPrefixed::default().decoder()
+        }
+    }
+
+    #[test]
+    fn a_build_needs_a_hook_for_a_handshake_and_a_ping_for_heartbeats() {
+        let handshake = ClientBuilder::new(Config::default()).config(|c| c.handshake = true);
+        assert_eq!(
+            build(handshake).err(),
+            Some(BuildError::MissingHandshakeHook)
+        );
+        let hooked = ClientBuilder::new(Config::default()).handshake(|io| async { Ok(io) });
+        assert!(build(hooked).is_ok());
+
+        fn heartbeat(codec: impl Codec) -> ClientBuilder {
+            let every = Heartbeat {
+                interval: Duration::from_secs(1),
+                timeout: Duration::from_secs(1),
+            };
+            ClientBuilder::new(Config::default())
+                .config(|c| c.heartbeat = Some(every))
+                .codec(codec)
+        }
+        assert_eq!(
+            build(heartbeat(NoPing)).err(),
+            Some(BuildError::NoHeartbeatPing)
+        );
+        assert!(build(heartbeat(LengthPrefixed::default())).is_ok());
+        assert!(has_ping(&LengthPrefixed::default()));
+        assert!(!has_ping(&NoPing));
+    }
+
+    /// Clients never share jitter: each one built without a seed draws its own, and one
+    /// built with a seed tells that one.
+    #[test]
+    fn each_client_without_a_seed_draws_its_own() {
+        let seeds: std::collections::HashSet<u64> = (0..8)
+            .map(|_| build(ClientBuilder::new(Config::default())).unwrap().seed())
+            .collect();
+        assert_eq!(seeds.len(), 8, "{seeds:?}");
+        let mut config = Config::default();
+        config.seed = Some(0x5eed);
+        assert_eq!(build(ClientBuilder::new(config)).unwrap().seed(), 0x5eed);
+    }
+
+    #[test]
+    fn a_builder_shows_its_settings_but_not_its_hooks() {
+        let builder = ClientBuilder::new(Config::default())
+            .node(SocketAddr::from(([127, 0, 0, 1], 11211)))
+            .handshake(|io| async { Ok(io) });
+        let shown = format!("{builder:?}");
+        for part in ["ClientBuilder", "127.0.0.1:11211", "handshake_hook: true"] {
+            assert!(shown.contains(part), "{part} in {shown}");
+        }
+    }
 
     #[test]
     fn a_timeout_in_nanoseconds_saturates_as_duration_as_nanos_would() {

@@ -473,3 +473,32 @@ mod tokio_impls {
         }
     }
 }
+
+/// A runtime that never runs the driver it is given (its `spawn` drops it): enough for the
+/// unit tests of what a client does without its driver (building, its services' bookkeeping).
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct DriverNeverRuns;
+
+#[cfg(test)]
+impl Runtime for DriverNeverRuns {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn new_timer(&self, _: Instant) -> Pin<Box<dyn Timer>> {
+        unreachable!("the driver never runs")
+    }
+
+    fn spawn(&self, driver: BoxFuture<'static, ()>) {
+        drop(driver);
+    }
+
+    fn connect(
+        &self,
+        _: PreparedSocket,
+        _: SocketAddr,
+    ) -> BoxFuture<'static, io::Result<Box<dyn IoStream>>> {
+        unreachable!("the driver never runs")
+    }
+}

@@ -224,33 +224,6 @@ mod tests {
         assert_eq!(Backpressure::NoNode.to_string(), "no node available");
     }
 
-    /// A runtime that never runs the driver it is given: enough for a client whose services
-    /// are only made and dropped.
-    #[derive(Debug)]
-    struct DriverNeverRuns;
-
-    impl crate::Runtime for DriverNeverRuns {
-        fn now(&self) -> std::time::Instant {
-            std::time::Instant::now()
-        }
-
-        fn new_timer(&self, _: std::time::Instant) -> Pin<Box<dyn crate::Timer>> {
-            unreachable!("the driver never runs")
-        }
-
-        fn spawn(&self, driver: BoxFuture<'static, ()>) {
-            drop(driver);
-        }
-
-        fn connect(
-            &self,
-            _: crate::PreparedSocket,
-            _: std::net::SocketAddr,
-        ) -> BoxFuture<'static, std::io::Result<Box<dyn crate::IoStream>>> {
-            unreachable!("the driver never runs")
-        }
-    }
-
     /// The driver recomputes readiness only while a service lives, and only for the targets
     /// live services watch: the last service of a target to go takes the target off the
     /// list (a new one starts from "ready" until the driver says otherwise), and the last
@@ -258,7 +231,7 @@ mod tests {
     #[test]
     fn dropped_services_are_no_longer_watched() {
         let client = crate::ClientBuilder::new(keepwire_proto::Config::default())
-            .build(Arc::new(DriverNeverRuns))
+            .build(Arc::new(crate::runtime::DriverNeverRuns))
             .unwrap();
         let readiness = Arc::new(Readiness::default());
         let service = |target| {
