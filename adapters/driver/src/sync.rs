@@ -404,6 +404,23 @@ mod tests {
         assert_ne!(hasher.finish(), IdHasher::default().finish());
     }
 
+    /// Distinct node handles (a slot and a generation, hashed as two `u32`s) hash apart, so
+    /// a map of them never degrades into one bucket: every pair of 64 slots and 16
+    /// generations gets a hash of its own.
+    #[test]
+    fn node_handles_hash_apart() {
+        let hashes: std::collections::HashSet<u64> = (0..64u32)
+            .flat_map(|slot| (0..16u32).map(move |generation| (slot, generation)))
+            .map(|(slot, generation)| {
+                let mut hasher = IdHasher::default();
+                hasher.write_u32(slot);
+                hasher.write_u32(generation);
+                hasher.finish()
+            })
+            .collect();
+        assert_eq!(hashes.len(), 64 * 16);
+    }
+
     #[test]
     fn a_full_subscription_drops_the_oldest_and_says_how_many() {
         let (hub, handle) = Hub::new(2);
