@@ -316,13 +316,6 @@ impl Handle {
     }
 }
 
-impl Drop for Handle {
-    fn drop(&mut self) {
-        // The driver may already be gone; then there is nothing to stop.
-        let _ = self.push(Command::Shutdown(None));
-    }
-}
-
 impl Client {
     /// Sends `payload` to `target` (a node, or the best node by keepwire's selection rule)
     /// and waits for the response payload, for at most `timeout` from now on the runtime's
@@ -476,7 +469,7 @@ impl Client {
     /// fail with [`SendError::Shutdown`], other calls with [`CommandError::Shutdown`].
     pub async fn shutdown(&self) {
         let (reply, receiver) = reply();
-        if self.handle.push(Command::Shutdown(Some(reply))).is_ok() {
+        if self.handle.push(Command::Shutdown(reply)).is_ok() {
             let _ = receiver.await;
         }
     }

@@ -36,7 +36,7 @@ pub(crate) enum Command {
     },
     Counters(ReplySender<Counters>),
     NodeInfo(NodeId, ReplySender<Option<NodeInfo>>),
-    Shutdown(Option<ReplySender<()>>),
+    Shutdown(ReplySender<()>),
     /// A graceful shutdown: refuse new requests, let the ones held finish, then stop.
     Drain(ReplySender<()>),
     /// A service starts watching `target`'s readiness: its current state, computed now.
@@ -87,8 +87,8 @@ impl Driver {
                 }
                 None => {
                     if self.inbox.closed(orphaned) {
-                        // Every client is gone without a word (each one's drop queues a
-                        // shutdown, so this is only a safety net): stop.
+                        // Every client is gone (the last one's drop dropped the outbox, which
+                        // woke the driver): stop, as a shutdown would.
                         self.stopping = true;
                     }
                     return;
@@ -159,7 +159,7 @@ impl Driver {
             Command::Shutdown(reply) => {
                 self.pool.shutdown(now);
                 self.stopping = true;
-                self.shutdown_replies.extend(reply);
+                self.shutdown_replies.push(reply);
             }
             Command::Drain(reply) => {
                 self.pool.shutdown_gracefully(now);
