@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use keepwire_driver::{
-    ClientBuilder, Codec, CommandError, Correlation, Decoder, EncodeError, Events, LengthPrefixed,
-    Runtime, SendError, Target,
+    ClientBuilder, ClientEvent, Codec, CommandError, Correlation, Decoder, EncodeError, Events,
+    LengthPrefixed, Runtime, SendError, Target,
 };
 use keepwire_proto::{CloseReason, Event, EvictReason, NodeState, Phase, Sent, Unavailable};
 use keepwire_tests::peers::{Behaviour, FullAcceptQueue, Peer, RefusingPort};
@@ -77,6 +77,16 @@ async fn disable_enable_and_epoch_change_evict_cached_connections(runtime: Arc<d
         .await;
     assert_eq!(answer.as_deref(), Ok(&b"again"[..]));
     client.shutdown().await;
+    // What is still queued is read without waiting: the added node's connection among it.
+    let queued: Vec<_> = std::iter::from_fn(|| events.try_recv()).collect();
+    assert!(
+        queued.iter().any(|e| matches!(
+            e,
+            ClientEvent::Pool(Event::StateChanged { node, to: NodeState::Ready, .. })
+                if *node == added
+        )),
+        "{queued:?}"
+    );
 }
 
 /// A request still queued (its node is connecting) is dropped unsent when its caller stops
