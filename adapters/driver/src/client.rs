@@ -469,7 +469,7 @@ impl Client {
     /// fail with [`SendError::Shutdown`], other calls with [`CommandError::Shutdown`].
     pub async fn shutdown(&self) {
         let (reply, receiver) = reply();
-        if self.handle.push(Command::Shutdown(reply)).is_ok() {
+        if self.handle.push(Command::Shutdown(Some(reply))).is_ok() {
             let _ = receiver.await;
         }
     }
