@@ -12,19 +12,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use keepwire_driver::{
-    BuildError, Client, ClientBuilder, Codec, Correlation, Decoder, EncodeError, Events,
-    LengthPrefixed, NodeId, Runtime, SendError, Target,
-};
-use keepwire_proto::{CloseReason, Config, Event, NodeState, Phase, Reason};
+use keepwire_driver::{Client, ClientBuilder, Events, NodeId, Runtime, SendError, Target};
+use keepwire_proto::{CloseReason, Event, NodeState, Phase, Reason};
 use keepwire_tests::peers::{Behaviour, Peer};
 use keepwire_tests::pg::{query, value};
 use keepwire_tests::protocols::memcached::{self, Memcached, Reply};
 use keepwire_tests::protocols::postgres::{Postgres, Startup};
 use keepwire_tests::servers::{MemcachedServer, PostgresServer, Shared, Signal};
 use keepwire_tests::{
-    Ledger, TestRuntime, Tokio, bounded, runtime_name, sleep, test_config, test_on_every_runtime,
-    wait_for,
+    Ledger, bounded, runtime_name, sleep, test_config, test_on_every_runtime, wait_for,
 };
 
 /// Prints one measurement and asserts `low <= took < high`.
@@ -364,45 +360,3 @@ test_on_every_runtime!(
     memcached_pings_keep_their_place_in_order,
     postgres_pings_keep_the_session,
 );
-
-/// A codec without a ping cannot have heartbeats: building says so.
-#[test]
-fn heartbeats_need_a_codec_with_a_ping() {
-    #[derive(Debug)]
-    struct NoPing;
-    impl Codec for NoPing {
-        fn correlation(&self) -> Correlation {
-            Correlation::InOrder
-        }
-        fn encode(
-            &self,
-            payload: &[u8],
-            _: Option<u64>,
-            dst: &mut bytes::BytesMut,
-        ) -> Result<(), EncodeError> {
-            dst.extend_from_slice(payload);
-            Ok(())
-        }
-        fn decoder(&self) -> Box<dyn Decoder> {
-            Box::new(LengthPrefixed::default())
-        }
-    }
-    Tokio::run(|runtime| async move {
-        let second = Duration::from_secs(1);
-        let refused = ClientBuilder::new(Config::default())
-            .codec(NoPing)
-            .heartbeat(second, second)
-            .build(Arc::clone(&runtime));
-        assert_eq!(refused.err(), Some(BuildError::NoHeartbeatPing));
-        let without = ClientBuilder::new(Config::default())
-            .codec(NoPing)
-            .build(Arc::clone(&runtime))
-            .unwrap();
-        without.shutdown().await;
-        let built_in = ClientBuilder::new(Config::default())
-            .heartbeat(second, second)
-            .build(runtime)
-            .unwrap();
-        built_in.shutdown().await;
-    });
-}

@@ -694,6 +694,8 @@ mod tests {
         }
     }
 
+    /// A handshake needs a hook, and heartbeats a codec with a ping: building says so. A
+    /// codec without a ping builds when no heartbeat is asked for.
     #[test]
     fn a_build_needs_a_hook_for_a_handshake_and_a_ping_for_heartbeats() {
         let handshake = ClientBuilder::new(Config::default()).config(|c| c.handshake = true);
@@ -704,20 +706,15 @@ mod tests {
         let hooked = ClientBuilder::new(Config::default()).handshake(|io| async { Ok(io) });
         assert!(build(hooked).is_ok());
 
-        fn heartbeat(codec: impl Codec) -> ClientBuilder {
-            let every = Heartbeat {
-                interval: Duration::from_secs(1),
-                timeout: Duration::from_secs(1),
-            };
-            ClientBuilder::new(Config::default())
-                .config(|c| c.heartbeat = Some(every))
-                .codec(codec)
-        }
+        let second = Duration::from_secs(1);
+        let heartbeats = ClientBuilder::new(Config::default()).heartbeat(second, second);
         assert_eq!(
-            build(heartbeat(NoPing)).err(),
+            build(heartbeats.codec(NoPing)).err(),
             Some(BuildError::NoHeartbeatPing)
         );
-        assert!(build(heartbeat(LengthPrefixed::default())).is_ok());
+        assert!(build(ClientBuilder::new(Config::default()).codec(NoPing)).is_ok());
+        let built_in = ClientBuilder::new(Config::default()).heartbeat(second, second);
+        assert!(build(built_in).is_ok());
         assert!(has_ping(&LengthPrefixed::default()));
         assert!(!has_ping(&NoPing));
     }
