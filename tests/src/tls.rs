@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use keepwire_driver::tls::TlsConfig;
 use keepwire_driver::tls::rustls::pki_types::pem::PemObject;
 use keepwire_driver::tls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use keepwire_driver::tls::rustls::{self, ServerConfig, ServerConnection, StreamOwned};
+use keepwire_driver::tls::{TlsConfig, TlsConfigBuilder};
 use keepwire_driver::{ClientBuilder, HandshakeError, HandshakeIo, LengthPrefixed};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -28,7 +28,6 @@ pub const CLIENT_NAME: &str = "keepwire_client";
 #[derive(Debug)]
 pub struct Pki {
     ca_pem: String,
-    ca_der: CertificateDer<'static>,
     server_chain: Vec<CertificateDer<'static>>,
     server_cert_pem: String,
     server_key_pem: String,
@@ -77,7 +76,6 @@ impl Pki {
             .expect("client certificate");
         Self {
             ca_pem: ca.pem(),
-            ca_der: ca.der().clone(),
             server_chain: vec![cert.der().clone()],
             server_cert_pem: cert.pem(),
             server_key_pem: key.serialize_pem(),
@@ -114,47 +112,53 @@ impl Pki {
 
     /// A rustls server configuration presenting the server certificate.
     pub fn server_config(&self) -> Arc<ServerConfig> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let key =
-            PrivateKeyDer::from_pem_slice(self.server_key_pem.as_bytes()).expect("server key");
-        let config = ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("protocol versions")
-            .with_no_client_auth()
-            .with_single_cert(self.server_chain.clone(), key)
-            .expect("server certificate and key");
-        Arc::new(config)
+        self.server_config_verifying(Arc::new(rustls::server::NoClientAuth))
     }
 
     /// A rustls server configuration presenting the server certificate and requiring a
     /// client certificate signed by this CA (mutual TLS).
     pub fn server_config_requiring_client_certs(&self) -> Arc<ServerConfig> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
-        roots.add(self.ca_der.clone()).expect("the CA as a root");
+        let ca = CertificateDer::from_pem_slice(self.ca_pem.as_bytes()).expect("the CA");
+        roots.add(ca).expect("the CA as a root");
         let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
             Arc::new(roots),
-            Arc::clone(&provider),
+            Arc::new(rustls::crypto::ring::default_provider()),
         )
         .build()
         .expect("client certificate verifier");
+        self.server_config_verifying(verifier)
+    }
+
+    /// A rustls server configuration presenting the server certificate, checking clients'
+    /// certificates with `clients`.
+    fn server_config_verifying(
+        &self,
+        clients: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+    ) -> Arc<ServerConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
         let key =
             PrivateKeyDer::from_pem_slice(self.server_key_pem.as_bytes()).expect("server key");
         let config = ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .expect("protocol versions")
-            .with_client_cert_verifier(verifier)
+            .with_client_cert_verifier(clients)
             .with_single_cert(self.server_chain.clone(), key)
             .expect("server certificate and key");
         Arc::new(config)
     }
 
+    /// A client configuration that trusts this CA and checks the name `localhost`.
+    pub fn client_config(&self) -> TlsConfig {
+        self.client_builder()
+            .build()
+            .expect("client TLS configuration")
+    }
+
     /// [`client_config`](Self::client_config), presenting `holder`'s client certificate
     /// (this PKI's own, or another CA's).
     pub fn client_config_presenting(&self, holder: &Pki) -> TlsConfig {
-        TlsConfig::builder()
-            .roots_pem(self.ca_pem.as_bytes())
-            .server_name("localhost")
+        self.client_builder()
             .client_cert_pem(
                 holder.client_cert_pem.as_bytes(),
                 holder.client_key_pem.as_bytes(),
@@ -163,13 +167,12 @@ impl Pki {
             .expect("client TLS configuration with a certificate")
     }
 
-    /// A client configuration that trusts this CA and checks the name `localhost`.
-    pub fn client_config(&self) -> TlsConfig {
+    /// What every client configuration here starts from: this CA trusted, the name
+    /// `localhost` checked.
+    fn client_builder(&self) -> TlsConfigBuilder {
         TlsConfig::builder()
             .roots_pem(self.ca_pem.as_bytes())
             .server_name("localhost")
-            .build()
-            .expect("client TLS configuration")
     }
 }
 
