@@ -278,6 +278,10 @@ impl IoStream for Recording {
         self.inner.poll_write_vectored(cx, bufs)
     }
 
+    fn held(&self) -> usize {
+        self.inner.held()
+    }
+
     fn socket(&self) -> SocketRef<'_> {
         self.inner.socket()
     }

@@ -378,6 +378,8 @@ async fn client_events_are_told_under_their_connection(runtime: Arc<dyn Runtime>
     );
 }
 
+/// A codec that panics decoding a response is an error (with the panic's message) under
+/// the node and connection it broke.
 async fn a_codec_panic_is_an_error_under_its_connection(runtime: Arc<dyn Runtime>) {
     let peer = Peer::start(Behaviour::Echo);
     let events = traced(async {
