@@ -1,4 +1,4 @@
-//! Real servers for the tests: memcached and PostgreSQL, each a process of this test binary's
+//! Real servers for the tests: memcached, PostgreSQL and Redis, each a process of this test binary's
 //! own on 127.0.0.1 and a free port, started, signalled (SIGSTOP, SIGCONT, SIGKILL) and stopped
 //! by pid.
 //!
@@ -28,6 +28,9 @@ use bytes::BytesMut;
 use keepwire_driver::{Codec, Decoded};
 
 use crate::protocols::postgres::{Postgres, Response, Startup, Step};
+
+mod redis;
+pub use redis::RedisServer;
 
 /// The user PostgreSQL runs as when the tests run as root.
 pub const SERVER_USER: &str = "keepwire";
@@ -90,8 +93,8 @@ impl Signal {
 /// How a process is stopped for good.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
-    /// SIGKILL.
-    Memcached,
+    /// SIGKILL (memcached, Redis).
+    Killed,
     /// SIGQUIT (immediate shutdown: the postmaster stops its backends), then SIGKILL if it
     /// has not exited within a few seconds.
     Postgres,
@@ -144,7 +147,7 @@ fn stop_pid(pid: u32, kind: Kind) {
         return;
     };
     let first = match kind {
-        Kind::Memcached => libc::SIGKILL,
+        Kind::Killed => libc::SIGKILL,
         Kind::Postgres => libc::SIGQUIT,
     };
     // SAFETY: `pid` is a child of this process that has not been reaped (the registry only
@@ -306,7 +309,7 @@ impl Process {
     fn stop(mut self) {
         let pid = self.pid();
         match self.kind {
-            Kind::Memcached => {
+            Kind::Killed => {
                 let _ = self.child.kill();
             }
             Kind::Postgres => {
@@ -529,7 +532,7 @@ impl MemcachedServer {
         if is_root() {
             command.args(["-u", "nobody"]);
         }
-        let mut process = Process::spawn(&mut command, Kind::Memcached, &self.dir.join("log"))?;
+        let mut process = Process::spawn(&mut command, Kind::Killed, &self.dir.join("log"))?;
         let addr = self.addr();
         let ours = process.pid();
         // Ready once *this* process answers: another test's memcached may have taken the port

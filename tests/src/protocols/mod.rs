@@ -1,6 +1,7 @@
-//! Clients for two real servers, written as keepwire codecs: [`postgres`] (the simple query
-//! protocol, with startup and authentication in a handshake hook) and [`memcached`] (the text
-//! protocol). Both are in order: the bytes on the wire are the protocol's own.
+//! Clients for three real servers, written as keepwire codecs: [`postgres`] (the simple query
+//! protocol, with startup and authentication in a handshake hook), [`memcached`] (the text
+//! protocol) and [`redis`] (RESP2). All three are in order: the bytes on the wire are the
+//! protocol's own.
 //!
 //! They depend on nothing but `keepwire-driver` and `bytes`, so the tests, the examples and
 //! the fuzz targets share them, and an application can copy one: with a runtime crate as its
@@ -9,6 +10,7 @@
 
 pub mod memcached;
 pub mod postgres;
+pub mod redis;
 
 #[cfg(test)]
 mod tests {
@@ -19,7 +21,7 @@ mod tests {
     use bytes::BytesMut;
     use keepwire_driver::{Codec, Decoded};
 
-    use super::{memcached, postgres};
+    use super::{memcached, postgres, redis};
 
     /// xorshift64*: deterministic, no dependency.
     struct Rng(u64);
@@ -80,6 +82,8 @@ mod tests {
         let postgres_stream: &[u8] = b"T\0\0\0\x21\0\x01?column?\0\0\0\0\0\0\0\0\0\0\x17\0\x04\
             \xff\xff\xff\xff\0\0D\0\0\0\x0b\0\x01\0\0\0\x011C\0\0\0\x0dSELECT 1\0Z\0\0\0\x05I\
             E\0\0\0\x11SERROR\0C42601\0\0Z\0\0\0\x05I";
+        let redis_stream: &[u8] = b"+OK\r\n-ERR no\r\n:7\r\n$3\r\nabc\r\n$-1\r\n*2\r\n*1\r\n\
+            :1\r\n$0\r\n\r\n*0\r\n";
         let startup = postgres::Startup::new("u", "d").password("p");
         for _ in 0..20_000 {
             let input = mutate(&mut rng, memcached_stream);
@@ -97,6 +101,11 @@ mod tests {
                     break;
                 }
             }
+            let input = mutate(&mut rng, redis_stream);
+            feed(&mut rng, &redis::Redis::new(), &input, |p| {
+                let _ = redis::Reply::parse(p);
+            });
+            let _ = redis::check_command(&input);
         }
     }
 }
