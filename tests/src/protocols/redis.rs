@@ -124,19 +124,33 @@ where
 }
 
 /// Why a request is not one command this codec sends.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CommandError {
     /// The request is not exactly one RESP array of bulk strings, with nothing after it.
-    #[error("a request is one RESP array of bulk strings (build it with `redis::command`)")]
     NotACommand,
     /// An array with no arguments.
-    #[error("a command needs a name")]
     Empty,
     /// A command after which replies no longer answer one request each.
-    #[error("{0} would break the one-reply-per-request order on the connection")]
     BreaksOrder(String),
 }
+
+impl fmt::Display for CommandError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotACommand => f.write_str(
+                "a request is one RESP array of bulk strings (build it with `redis::command`)",
+            ),
+            Self::Empty => f.write_str("a command needs a name"),
+            Self::BreaksOrder(name) => write!(
+                f,
+                "{name} would break the one-reply-per-request order on the connection"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CommandError {}
 
 /// Checks that `payload` is one command keepwire can correlate: see the module docs.
 pub fn check_command(payload: &[u8]) -> Result<(), CommandError> {
@@ -187,26 +201,20 @@ fn parse_command(payload: &[u8]) -> Option<Vec<&[u8]>> {
 }
 
 /// What is wrong with a response (the decoder's [`Violation`], or [`Reply::parse`]'s error).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Malformed {
     /// A line longer than [`MAX_LINE`] without its `\r\n`.
-    #[error("a line of more than {MAX_LINE} bytes")]
     LineTooLong,
     /// A line that does not end in `\r\n`, or a bulk string not followed by `\r\n`.
-    #[error("a line or a bulk string without its \\r\\n")]
     BadLineEnd,
     /// A type byte that RESP2 does not have.
-    #[error("unknown RESP2 type byte {0:#04x}")]
     UnknownType(u8),
     /// A length or an integer that does not parse.
-    #[error("a length or an integer that does not parse")]
     BadNumber,
     /// Arrays nested deeper than [`MAX_DEPTH`].
-    #[error("arrays nested deeper than {MAX_DEPTH}")]
     TooDeep,
     /// A response longer than the limit (refused from the header that announced it).
-    #[error("a response of {len} bytes, more than the {max} allowed")]
     TooLarge {
         /// Its length so far, or as announced.
         len: u64,
@@ -214,12 +222,29 @@ pub enum Malformed {
         max: u64,
     },
     /// Bytes after the value ([`Reply::parse`] takes exactly one).
-    #[error("bytes after the value")]
     Trailing,
     /// The value ends before its end.
-    #[error("the value ends early")]
     Incomplete,
 }
+
+impl fmt::Display for Malformed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::LineTooLong => write!(f, "a line of more than {MAX_LINE} bytes"),
+            Self::BadLineEnd => f.write_str("a line or a bulk string without its \\r\\n"),
+            Self::UnknownType(byte) => write!(f, "unknown RESP2 type byte {byte:#04x}"),
+            Self::BadNumber => f.write_str("a length or an integer that does not parse"),
+            Self::TooDeep => write!(f, "arrays nested deeper than {MAX_DEPTH}"),
+            Self::TooLarge { len, max } => {
+                write!(f, "a response of {len} bytes, more than the {max} allowed")
+            }
+            Self::Trailing => f.write_str("bytes after the value"),
+            Self::Incomplete => f.write_str("the value ends early"),
+        }
+    }
+}
+
+impl std::error::Error for Malformed {}
 
 impl From<Malformed> for Violation {
     fn from(m: Malformed) -> Self {
