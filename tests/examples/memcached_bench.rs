@@ -1,244 +1,57 @@
 //! What an in-order protocol costs on keepwire: the keepwire memcached client against a
-//! hand-written tokio memcached client, both pipelining `get`s on one connection with the same
-//! number of requests in flight, against the same memcached, alternating in the same run.
+//! hand-written tokio memcached client, `get`s pipelined on one connection
+//! (`support/in_order_bench.rs` says how it runs and what the baseline is).
 //!
 //! ```text
 //! cargo run --release -p keepwire-tests --example memcached_bench [-- REQUESTS [IN_FLIGHT [ROUNDS]]]
 //! ```
 //!
 //! Defaults: 200,000 gets per client per round, 64 in flight, 7 rounds; it starts its own
-//! memcached on a free loopback port. Each round builds a fresh client of each kind (its
-//! connection opened by one request before the clock starts); `IN_FLIGHT` tasks then claim
-//! requests from a shared counter and send them back to back, and every answer is checked
-//! against its key's value. The clients take turns going first. The table shows each round,
-//! the medians, and the median of the rounds' ratios (robust to a drift in the machine's load).
-//!
-//! The baseline is the usual hand-written pipelined client: callers hand (request, reply
-//! slot) to a writer task that batches whatever is queued into one write and passes the reply
-//! slots, in order, to a reader task that cuts answers and fills the slots; each call is
-//! wrapped in `tokio::time::timeout`. Both cut answers with the same memcached decoder, so
-//! what differs is keepwire: its deadlines, watermarks, write timeout, failure detection and
-//! the outcome of every request.
+//! memcached on a free loopback port.
 
 use std::error::Error;
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use keepwire_tests::protocols::memcached::{self, Memcached, Reply};
 use keepwire_tests::servers::MemcachedServer;
-use keepwire_tokio::{Codec, Config, Decoded, Target};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
+use keepwire_tokio::Codec;
 
-const KEYS: usize = 1024;
-const TIMEOUT: Duration = Duration::from_secs(10);
+#[path = "support/in_order_bench.rs"]
+mod in_order_bench;
 
-fn key(i: usize) -> String {
-    format!("bench-{:04}", i % KEYS)
-}
+use in_order_bench::{Workload, key, run_bench, value};
 
-fn value(i: usize) -> String {
-    format!("value-{:04}-{}", i % KEYS, "x".repeat(16))
+struct Gets;
+
+impl Workload for Gets {
+    fn codec(&self) -> impl Codec {
+        Memcached::new()
+    }
+
+    fn ping(&self) -> Bytes {
+        memcached::version()
+    }
+
+    fn store(&self, i: usize) -> (Bytes, fn(&Bytes) -> bool) {
+        (memcached::set(key(i), value(i)), |answer| {
+            Reply::parse(answer) == Ok(Reply::Stored)
+        })
+    }
+
+    fn read(&self, i: usize) -> Bytes {
+        memcached::get(key(i))
+    }
+
+    fn is_value(&self, answer: &Bytes, i: usize) -> bool {
+        Reply::parse(answer)
+            .ok()
+            .and_then(Reply::into_value)
+            .is_some_and(|v| v == value(i).as_bytes())
+    }
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn Error>> {
-    let mut args = std::env::args().skip(1);
-    let requests: usize = args.next().map_or(Ok(200_000), |a| a.parse())?;
-    let in_flight: usize = args.next().map_or(Ok(64), |a| a.parse())?;
-    let rounds: usize = args.next().map_or(Ok(7), |a| a.parse())?;
     let server = MemcachedServer::start()?;
-    let addr = server.addr();
-
-    let loader = Handwritten::connect(addr).await?;
-    for i in 0..KEYS {
-        let stored = loader.send(memcached::set(key(i), value(i))).await?;
-        assert_eq!(Reply::parse(&stored)?, Reply::Stored);
-    }
-
-    println!("{requests} gets per client per round, {in_flight} in flight, one connection each");
-    println!("round  keepwire (req/s)  hand-written tokio (req/s)  keepwire / hand-written");
-    let (mut ours, mut theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 1..=rounds {
-        // Each goes first every other round, so a drift in the machine's load (it is shared)
-        // favours neither.
-        let (keepwire, baseline) = if round % 2 == 1 {
-            let keepwire = run(Kind::Keepwire, addr, requests, in_flight).await?;
-            (
-                keepwire,
-                run(Kind::Handwritten, addr, requests, in_flight).await?,
-            )
-        } else {
-            let baseline = run(Kind::Handwritten, addr, requests, in_flight).await?;
-            (
-                run(Kind::Keepwire, addr, requests, in_flight).await?,
-                baseline,
-            )
-        };
-        println!(
-            "{round:>5}  {keepwire:>16.0}  {baseline:>26.0}  {:>23.2}",
-            keepwire / baseline
-        );
-        ours.push(keepwire);
-        theirs.push(baseline);
-        ratios.push(keepwire / baseline);
-    }
-    println!(
-        "median {:>15.0}  {:>26.0}  {:>23.2}",
-        median(&mut ours),
-        median(&mut theirs),
-        median(&mut ratios)
-    );
-    println!("(the last column's median is the median of the rounds' ratios)");
-    Ok(())
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Kind {
-    Keepwire,
-    Handwritten,
-}
-
-/// Either client, behind one `get`.
-#[derive(Clone)]
-enum AnyClient {
-    Keepwire(keepwire_tokio::Client, keepwire_tokio::NodeId),
-    Handwritten(Arc<Handwritten>),
-}
-
-impl AnyClient {
-    async fn send(&self, request: Bytes) -> Result<Bytes, String> {
-        match self {
-            Self::Keepwire(client, node) => client
-                .send(Target::Node(*node), request, TIMEOUT)
-                .await
-                .map_err(|e| e.to_string()),
-            Self::Handwritten(client) => client.send(request).await.map_err(|e| e.to_string()),
-        }
-    }
-}
-
-/// One round of one client: requests per second.
-async fn run(
-    kind: Kind,
-    addr: SocketAddr,
-    requests: usize,
-    in_flight: usize,
-) -> Result<f64, Box<dyn Error>> {
-    let client = match kind {
-        Kind::Keepwire => {
-            let client = keepwire_tokio::client(Config::default())
-                .node(addr)
-                .codec(Memcached::new())
-                .build()?;
-            let node = client.initial_nodes()[0];
-            AnyClient::Keepwire(client, node)
-        }
-        Kind::Handwritten => AnyClient::Handwritten(Arc::new(Handwritten::connect(addr).await?)),
-    };
-    client.send(memcached::version()).await?; // connected before the clock starts
-    let claimed = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..in_flight {
-        let (client, claimed) = (client.clone(), Arc::clone(&claimed));
-        tasks.spawn(async move {
-            let mut wrong = 0usize;
-            loop {
-                let i = claimed.fetch_add(1, Ordering::Relaxed);
-                if i >= requests {
-                    return wrong;
-                }
-                let answer = client.send(memcached::get(key(i))).await;
-                let right = answer
-                    .ok()
-                    .and_then(|a| Reply::parse(&a).ok())
-                    .and_then(Reply::into_value)
-                    .is_some_and(|v| v == value(i).as_bytes());
-                wrong += usize::from(!right);
-            }
-        });
-    }
-    let mut wrong = 0;
-    while let Some(task) = tasks.join_next().await {
-        wrong += task?;
-    }
-    let elapsed = started.elapsed();
-    if wrong > 0 {
-        return Err(format!("{kind:?}: {wrong} wrong or failed answers").into());
-    }
-    if let AnyClient::Keepwire(client, _) = &client {
-        client.shutdown().await;
-    }
-    Ok(requests as f64 / elapsed.as_secs_f64())
-}
-
-/// The hand-written baseline: a writer task that batches, a reader task that answers in order.
-struct Handwritten {
-    requests: mpsc::UnboundedSender<(Bytes, oneshot::Sender<Bytes>)>,
-}
-
-impl Handwritten {
-    async fn connect(addr: SocketAddr) -> std::io::Result<Self> {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        let (mut reader, mut writer) = stream.into_split();
-        let (requests, mut queued) = mpsc::unbounded_channel::<(Bytes, oneshot::Sender<Bytes>)>();
-        let (waiting, mut answered) = mpsc::unbounded_channel::<oneshot::Sender<Bytes>>();
-        tokio::spawn(async move {
-            let mut out = BytesMut::with_capacity(64 * 1024);
-            while let Some((request, reply)) = queued.recv().await {
-                out.extend_from_slice(&request);
-                let _ = waiting.send(reply);
-                while let Ok((request, reply)) = queued.try_recv() {
-                    out.extend_from_slice(&request);
-                    let _ = waiting.send(reply);
-                }
-                if writer.write_all(&out).await.is_err() {
-                    return;
-                }
-                out.clear();
-            }
-        });
-        tokio::spawn(async move {
-            let mut decoder = Memcached::new().decoder();
-            let mut buf = BytesMut::with_capacity(64 * 1024);
-            loop {
-                match reader.read_buf(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(_) => {}
-                }
-                while let Ok(Some(Decoded::Next(answer))) = decoder.decode(&mut buf) {
-                    match answered.recv().await {
-                        Some(reply) => {
-                            let _ = reply.send(answer);
-                        }
-                        None => return,
-                    }
-                }
-            }
-        });
-        Ok(Self { requests })
-    }
-
-    async fn send(&self, request: Bytes) -> Result<Bytes, &'static str> {
-        let (reply, answer) = oneshot::channel();
-        self.requests
-            .send((request, reply))
-            .map_err(|_| "connection closed")?;
-        match tokio::time::timeout(TIMEOUT, answer).await {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(_)) => Err("connection lost"),
-            Err(_) => Err("deadline exceeded"),
-        }
-    }
+    run_bench(Gets, "memcached", server.addr()).await
 }
