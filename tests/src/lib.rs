@@ -22,6 +22,7 @@ pub mod panicking;
 pub mod peers;
 pub mod pg;
 pub mod protocols;
+pub mod redis;
 pub mod runtimes;
 pub mod servers;
 pub mod sim;

@@ -441,6 +441,31 @@ fn wait_ready(
     }
 }
 
+/// Spawns a server that is stopped with SIGKILL and waits until the one answering on its port
+/// is this process (`answering_pid`): another test's server may have taken the port first,
+/// and ours then exits, but the port answers all the same.
+fn spawn_answering(
+    command: &mut Command,
+    what: &str,
+    log: &Path,
+    answering_pid: impl Fn() -> io::Result<u32>,
+) -> Result<Process, ServerError> {
+    let mut process = Process::spawn(command, Kind::Killed, log)?;
+    let ours = process.pid();
+    let ready = wait_ready(&mut process, what, || match answering_pid() {
+        Ok(pid) if pid == ours => Ok(()),
+        Ok(pid) => Err(format!("the port is {what} {pid}'s, not ours ({ours})")),
+        Err(e) => Err(e.to_string()),
+    });
+    match ready {
+        Ok(()) => Ok(process),
+        Err(e) => {
+            process.stop();
+            Err(e)
+        }
+    }
+}
+
 /// A server handle shared by the tests of one binary that run at the same time: started by
 /// the first, stopped when the last lets go.
 #[derive(Debug)]
@@ -532,26 +557,12 @@ impl MemcachedServer {
         if is_root() {
             command.args(["-u", "nobody"]);
         }
-        let mut process = Process::spawn(&mut command, Kind::Killed, &self.dir.join("log"))?;
         let addr = self.addr();
-        let ours = process.pid();
-        // Ready once *this* process answers: another test's memcached may have taken the port
-        // first, and ours then exits, but the port answers all the same.
-        let ready = wait_ready(&mut process, "memcached", || match memcached_pid(addr) {
-            Ok(pid) if pid == ours => Ok(()),
-            Ok(pid) => Err(format!("the port is memcached {pid}'s, not ours ({ours})")),
-            Err(e) => Err(e.to_string()),
-        });
-        match ready {
-            Ok(()) => {
-                self.process = Some(process);
-                Ok(())
-            }
-            Err(e) => {
-                process.stop();
-                Err(e)
-            }
-        }
+        let log = self.dir.join("log");
+        self.process = Some(spawn_answering(&mut command, "memcached", &log, || {
+            memcached_pid(addr)
+        })?);
+        Ok(())
     }
 
     /// Where it listens.

@@ -16,6 +16,7 @@ use bytes::Bytes;
 use keepwire_driver::{Client, ClientBuilder, NodeId, Runtime, SendError, Sent, Target};
 use keepwire_proto::{CloseReason, Event, NodeState, Phase, Reason};
 use keepwire_tests::protocols::redis::{Redis, Reply, command};
+use keepwire_tests::redis::{self, ask};
 use keepwire_tests::servers::{RedisServer, Shared};
 use keepwire_tests::{
     bounded, runtime_name, sleep, spawn, test_config, test_on_every_runtime, wait_for,
@@ -37,16 +38,6 @@ fn client(runtime: &Arc<dyn Runtime>, builder: ClientBuilder) -> (Client, NodeId
         .unwrap();
     let node = client.initial_nodes()[0];
     (client, node)
-}
-
-/// Sends the command and reads the answer; panics on any failure.
-async fn ask<const N: usize>(client: &Client, node: NodeId, args: [&[u8]; N]) -> Reply {
-    let request = command(args);
-    let payload = client
-        .send(Target::Node(node), request.clone(), Duration::from_secs(5))
-        .await
-        .unwrap_or_else(|e| panic!("{request:?}: {e}"));
-    Reply::parse(&payload).unwrap_or_else(|e| panic!("{request:?}: {e}"))
 }
 
 fn bulk(value: impl Into<Bytes>) -> Reply {
@@ -72,77 +63,60 @@ async fn commands_and_nested_replies_in_order(runtime: Arc<dyn Runtime>) {
         // A value with RESP's own delimiters in it, and one of 4 MiB.
         let tricky = Bytes::from_static(b"a\r\n$3\r\n*1\r\nb");
         assert_eq!(
-            ask(&client, node, [b"SET", &key("s"), &tricky]).await,
+            ask(&client, [b"SET", &key("s"), &tricky]).await,
             status("OK")
         );
         assert_eq!(
-            ask(&client, node, [b"GET", &key("s")]).await,
+            ask(&client, [b"GET", &key("s")]).await,
             bulk(tricky.clone())
         );
-        assert_eq!(
-            ask(&client, node, [b"GET", &key("missing")]).await,
-            Reply::Nil
-        );
+        assert_eq!(ask(&client, [b"GET", &key("missing")]).await, Reply::Nil);
         let big = Bytes::from(vec![b'r'; 4 << 20]);
         assert_eq!(
-            ask(&client, node, [b"SET", &key("big"), &big]).await,
+            ask(&client, [b"SET", &key("big"), &big]).await,
             status("OK")
         );
-        assert!(ask(&client, node, [b"GET", &key("big")]).await == bulk(big));
+        assert!(ask(&client, [b"GET", &key("big")]).await == bulk(big));
 
         assert_eq!(
-            ask(&client, node, [b"INCRBY", &key("n"), b"41"]).await,
+            ask(&client, [b"INCRBY", &key("n"), b"41"]).await,
             Reply::Integer(41)
         );
-        let wrong = ask(&client, node, [b"INCR", &key("s")]).await;
+        let wrong = ask(&client, [b"INCR", &key("s")]).await;
         assert!(
             matches!(&wrong, Reply::Error(e) if e.starts_with("ERR")),
             "{wrong:?}"
         );
-        assert_eq!(
-            ask(&client, node, [b"INCR", &key("n")]).await,
-            Reply::Integer(42)
-        );
+        assert_eq!(ask(&client, [b"INCR", &key("n")]).await, Reply::Integer(42));
 
         assert_eq!(
-            ask(&client, node, [b"RPUSH", &key("l"), b"x", b"", b"z"]).await,
+            ask(&client, [b"RPUSH", &key("l"), b"x", b"", b"z"]).await,
             Reply::Integer(3)
         );
         let items = vec![bulk("x"), bulk(""), bulk("z")];
         assert_eq!(
-            ask(&client, node, [b"LRANGE", &key("l"), b"0", b"-1"]).await,
+            ask(&client, [b"LRANGE", &key("l"), b"0", b"-1"]).await,
             Reply::Array(items.clone())
         );
-        let many = ask(
-            &client,
-            node,
-            [b"MGET", &key("n"), &key("missing"), &key("s")],
-        )
-        .await;
+        let many = ask(&client, [b"MGET", &key("n"), &key("missing"), &key("s")]).await;
         assert_eq!(
             many,
             Reply::Array(vec![bulk("42"), Reply::Nil, bulk(tricky)])
         );
         assert_eq!(
-            ask(&client, node, [b"LRANGE", &key("none"), b"0", b"-1"]).await,
+            ask(&client, [b"LRANGE", &key("none"), b"0", b"-1"]).await,
             Reply::Nil
         );
 
         // A transaction: its commands are queued, and EXEC answers with their replies nested.
-        assert_eq!(ask(&client, node, [b"MULTI"]).await, status("OK"));
+        assert_eq!(ask(&client, [b"MULTI"]).await, status("OK"));
+        assert_eq!(ask(&client, [b"INCR", &key("n")]).await, status("QUEUED"));
         assert_eq!(
-            ask(&client, node, [b"INCR", &key("n")]).await,
+            ask(&client, [b"LRANGE", &key("l"), b"0", b"-1"]).await,
             status("QUEUED")
         );
-        assert_eq!(
-            ask(&client, node, [b"LRANGE", &key("l"), b"0", b"-1"]).await,
-            status("QUEUED")
-        );
-        assert_eq!(
-            ask(&client, node, [b"INCR", &key("s")]).await,
-            status("QUEUED")
-        );
-        let Reply::Array(replies) = ask(&client, node, [b"EXEC"]).await else {
+        assert_eq!(ask(&client, [b"INCR", &key("s")]).await, status("QUEUED"));
+        let Reply::Array(replies) = ask(&client, [b"EXEC"]).await else {
             panic!("EXEC")
         };
         assert_eq!(replies[..2], [Reply::Integer(43), Reply::Array(items)]);
@@ -160,7 +134,7 @@ async fn commands_and_nested_replies_in_order(runtime: Arc<dyn Runtime>) {
                 "{refused:?}: {answer:?}"
             );
         }
-        assert_eq!(ask(&client, node, [b"PING"]).await, status("PONG"));
+        assert_eq!(ask(&client, [b"PING"]).await, status("PONG"));
         let counters = client.counters().await.unwrap();
         assert_eq!(counters.reconnects, 0, "{counters:?}");
         client.shutdown().await;
@@ -180,41 +154,12 @@ async fn many_tasks_get_their_own_answers(runtime: Arc<dyn Runtime>) {
         Duration::from_secs(60),
         "64 × 200 echoes",
         async {
-            let (client, node) = client(
+            let (client, _) = client(
                 &runtime,
                 ClientBuilder::new(test_config()).node(server.addr()),
             );
-            assert_eq!(ask(&client, node, [b"PING"]).await, status("PONG"));
-            let started = Instant::now();
-            let tasks: Vec<_> = (0..TASKS)
-                .map(|t| {
-                    let client = client.clone();
-                    spawn(&*runtime, async move {
-                        let mut mismatches = 0;
-                        for r in 0..REQUESTS {
-                            let text = format!("{t}:{r}:{}", "e".repeat((t + r) % 89));
-                            let answer = client
-                                .send(
-                                    Target::Node(node),
-                                    command(["ECHO", &text]),
-                                    Duration::from_secs(20),
-                                )
-                                .await
-                                .unwrap_or_else(|e| panic!("echo {text}: {e}"));
-                            if Reply::parse(&answer) != Ok(bulk(text)) {
-                                mismatches += 1;
-                            }
-                        }
-                        mismatches
-                    })
-                })
-                .collect();
-            let mut mismatches = 0;
-            for task in tasks {
-                mismatches += task.join().await;
-            }
-            let took = started.elapsed();
-            assert_eq!(mismatches, 0);
+            assert_eq!(ask(&client, [b"PING"]).await, status("PONG"));
+            let took = redis::pipelined(&runtime, &client, TASKS, REQUESTS).await;
             let counters = client.counters().await.unwrap();
             assert_eq!(counters.reconnects, 0, "one connection: {counters:?}");
             println!(
@@ -240,7 +185,7 @@ async fn a_paused_server_answers_late_in_order(runtime: Arc<dyn Runtime>) {
             &runtime,
             ClientBuilder::new(test_config()).node(server.addr()),
         );
-        assert_eq!(ask(&client, node, [b"PING"]).await, status("PONG"));
+        assert_eq!(ask(&client, [b"PING"]).await, status("PONG"));
         let pause = format!("{}", PAUSE.as_millis());
         assert_eq!(
             server.admin(["CLIENT", "PAUSE", &pause, "ALL"]),
@@ -281,7 +226,7 @@ async fn a_paused_server_answers_late_in_order(runtime: Arc<dyn Runtime>) {
                 patient.push(format!("{at:.2?}"));
             }
         }
-        assert_eq!(ask(&client, node, [b"ECHO", b"after"]).await, bulk("after"));
+        assert_eq!(ask(&client, [b"ECHO", b"after"]).await, bulk("after"));
         let counters = client.counters().await.unwrap();
         assert_eq!(counters.late_responses, 6, "{counters:?}");
         assert_eq!(counters.request_timeouts, 6, "{counters:?}");
@@ -318,8 +263,8 @@ async fn heartbeats_outlast_the_servers_idle_timeout(runtime: Arc<dyn Runtime>) 
         );
         let (plain, plain_node) = client(&runtime, builder());
         let mut plain_events = plain.subscribe();
-        assert_eq!(ask(&kept, kept_node, [b"PING"]).await, status("PONG"));
-        assert_eq!(ask(&plain, plain_node, [b"PING"]).await, status("PONG"));
+        assert_eq!(ask(&kept, [b"PING"]).await, status("PONG"));
+        assert_eq!(ask(&plain, [b"PING"]).await, status("PONG"));
         let kept_conn = kept.node_info(kept_node).await.unwrap().conn;
         let plain_conn = plain.node_info(plain_node).await.unwrap().conn;
         let idle = Instant::now();
@@ -347,10 +292,7 @@ async fn heartbeats_outlast_the_servers_idle_timeout(runtime: Arc<dyn Runtime>) 
         let rest = Duration::from_millis(3500).saturating_sub(idle.elapsed());
         sleep(&*runtime, rest).await;
 
-        assert_eq!(
-            ask(&kept, kept_node, [b"ECHO", b"kept"]).await,
-            bulk("kept")
-        );
+        assert_eq!(ask(&kept, [b"ECHO", b"kept"]).await, bulk("kept"));
         assert_eq!(
             kept.node_info(kept_node).await.unwrap().conn,
             kept_conn,
@@ -361,10 +303,7 @@ async fn heartbeats_outlast_the_servers_idle_timeout(runtime: Arc<dyn Runtime>) 
         assert_eq!(kept_counters.reconnects, 0, "{kept_counters:?}");
         assert_eq!(kept_counters.heartbeat_timeouts, 0, "{kept_counters:?}");
 
-        assert_eq!(
-            ask(&plain, plain_node, [b"ECHO", b"again"]).await,
-            bulk("again")
-        );
+        assert_eq!(ask(&plain, [b"ECHO", b"again"]).await, bulk("again"));
         assert_ne!(
             plain.node_info(plain_node).await.unwrap().conn,
             plain_conn,

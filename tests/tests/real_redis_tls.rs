@@ -12,9 +12,10 @@ use keepwire_driver::tls::TlsConfig;
 use keepwire_driver::{Client, ClientBuilder, ClientEvent, NodeId, Runtime, SendError, Target};
 use keepwire_proto::{CloseReason, NodeState};
 use keepwire_tests::protocols::redis::{Redis, Reply, command};
+use keepwire_tests::redis::{self, ask};
 use keepwire_tests::servers::{RedisServer, Shared};
 use keepwire_tests::tls::{Pki, TlsOn};
-use keepwire_tests::{bounded, runtime_name, spawn, test_config, test_tls_on_every_runtime};
+use keepwire_tests::{bounded, runtime_name, test_config, test_tls_on_every_runtime};
 
 static SERVER: Shared<(RedisServer, Pki)> = Shared::new();
 
@@ -50,15 +51,6 @@ fn client(
     (client, node)
 }
 
-async fn ask<const N: usize>(client: &Client, node: NodeId, args: [&[u8]; N]) -> Reply {
-    let request = command(args);
-    let payload = client
-        .send(Target::Node(node), request.clone(), Duration::from_secs(5))
-        .await
-        .unwrap_or_else(|e| panic!("{request:?}: {e}"));
-    Reply::parse(&payload).unwrap_or_else(|e| panic!("{request:?}: {e}"))
-}
-
 /// A client certificate the server's CA signed: commands, a 1 MiB value both ways, and 64
 /// tasks × 100 `ECHO`s pipelined on the one TLS connection, each answer its own.
 async fn commands_over_mutual_tls(runtime: Arc<dyn Runtime>, on: TlsOn) {
@@ -66,38 +58,15 @@ async fn commands_over_mutual_tls(runtime: Arc<dyn Runtime>, on: TlsOn) {
     let (redis, pki) = (&server.0, &server.1);
     let name = runtime_name(&*runtime);
     bounded(&*runtime, Duration::from_secs(30), "mutual TLS", async {
-        let (client, node) = client(&runtime, on, redis, pki.client_config_presenting(pki));
+        let (client, _) = client(&runtime, on, redis, pki.client_config_presenting(pki));
         let key = format!("tls-{name}");
         let big = Bytes::from(vec![b't'; 1 << 20]);
         assert_eq!(
-            ask(&client, node, [b"SET", key.as_bytes(), &big]).await,
+            ask(&client, [b"SET", key.as_bytes(), &big]).await,
             Reply::Status("OK".into())
         );
-        assert!(ask(&client, node, [b"GET", key.as_bytes()]).await == Reply::Bulk(big));
-        let tasks: Vec<_> = (0..64)
-            .map(|t| {
-                let client = client.clone();
-                spawn(&*runtime, async move {
-                    let mut wrong = 0;
-                    for r in 0..100 {
-                        let text = format!("{t}:{r}:{}", "s".repeat((t * r) % 61));
-                        let answer = client
-                            .send(
-                                Target::Node(node),
-                                command(["ECHO", &text]),
-                                Duration::from_secs(20),
-                            )
-                            .await
-                            .unwrap_or_else(|e| panic!("{text}: {e}"));
-                        wrong += usize::from(Reply::parse(&answer) != Ok(Reply::Bulk(text.into())));
-                    }
-                    wrong
-                })
-            })
-            .collect();
-        for task in tasks {
-            assert_eq!(task.join().await, 0);
-        }
+        assert!(ask(&client, [b"GET", key.as_bytes()]).await == Reply::Bulk(big));
+        redis::pipelined(&runtime, &client, 64, 100).await;
         let counters = client.counters().await.unwrap();
         assert_eq!(
             (counters.connects, counters.reconnects),

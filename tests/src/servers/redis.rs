@@ -13,8 +13,8 @@ use bytes::BytesMut;
 use keepwire_driver::{Codec, Decoded};
 
 use super::{
-    Kind, PORT_TRIES, Process, ServerError, Signal, find_program, free_port, new_dir, remove_dir,
-    wait_ready,
+    PORT_TRIES, Process, ServerError, Signal, find_program, free_port, new_dir, remove_dir,
+    spawn_answering,
 };
 use crate::protocols::redis::{self, Redis, Reply};
 
@@ -103,27 +103,12 @@ impl RedisServer {
                 .args(["--tls-port", &port.to_string()])
                 .args(tls_args);
         }
-        let mut process = Process::spawn(&mut command, Kind::Killed, &self.dir.join("log"))?;
-        let ours = process.pid();
         let addr = self.addr();
-        // Ready once *this* process answers: another test's server may have taken the port.
-        let ready = wait_ready(&mut process, "redis-server", || match server_pid(addr) {
-            Ok(pid) if pid == ours => Ok(()),
-            Ok(pid) => Err(format!(
-                "the port is redis-server {pid}'s, not ours ({ours})"
-            )),
-            Err(e) => Err(e.to_string()),
-        });
-        match ready {
-            Ok(()) => {
-                self.process = Some(process);
-                Ok(())
-            }
-            Err(e) => {
-                process.stop();
-                Err(e)
-            }
-        }
+        let log = self.dir.join("log");
+        self.process = Some(spawn_answering(&mut command, "redis-server", &log, || {
+            server_pid(addr)
+        })?);
+        Ok(())
     }
 
     /// Where it listens (plain TCP).
