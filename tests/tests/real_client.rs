@@ -215,6 +215,81 @@ async fn the_ids_of_requests_that_end_unanswered_are_used_again(runtime: Arc<dyn
     client.shutdown().await;
 }
 
+/// A request that ended in flight keeps its protocol id until its late answer arrives (a
+/// Kafka client's rule for its correlation ids): on a protocol with sixteen ids, a request
+/// past its deadline at a stalled server and fifteen waiting behind it hold all sixteen, so
+/// a seventeenth is refused before it is sent rather than given the ended one's id. Once the
+/// server resumes, the late answer is consumed in its place, the fifteen get their own
+/// payloads, and the ids serve the requests after them.
+async fn an_ended_requests_id_waits_for_its_late_answer(runtime: Arc<dyn Runtime>) {
+    let peer = Peer::start(Behaviour::Echo);
+    let client = ClientBuilder::new(test_config())
+        .node(peer.addr())
+        .codec(SixteenIds)
+        .build(Arc::clone(&runtime))
+        .unwrap();
+    let node = client.initial_nodes()[0];
+    let send = |payload: String, timeout: Duration| {
+        client.send(Target::Node(node), payload.into_bytes(), timeout)
+    };
+    assert_eq!(
+        send("first".into(), Duration::from_secs(5))
+            .await
+            .as_deref(),
+        Ok(&b"first"[..])
+    );
+    peer.stall();
+    let ended = send("ended".into(), Duration::from_millis(50)).await;
+    let in_flight = SendError::DeadlineExceeded {
+        phase: Phase::InFlight,
+        sent: Sent::Fully,
+        retried: false,
+    };
+    assert_eq!(ended, Err(in_flight));
+    let waiting: Vec<_> = (0..15)
+        .map(|i| {
+            let client = client.clone();
+            spawn(&*runtime, async move {
+                let payload = format!("waiting {i}");
+                let answer = client
+                    .send(
+                        Target::Node(node),
+                        payload.clone().into_bytes(),
+                        Duration::from_secs(10),
+                    )
+                    .await;
+                (payload, answer)
+            })
+        })
+        .collect();
+    while client.node_info(node).await.unwrap().in_flight < 15 {
+        sleep(&*runtime, Duration::from_millis(1)).await;
+    }
+    let refused = send("seventeenth".into(), Duration::from_secs(5)).await;
+    assert!(
+        matches!(&refused, Err(SendError::Encode(EncodeError::Invalid(why))) if why.contains("protocol id")),
+        "{refused:?}"
+    );
+    peer.resume();
+    for task in waiting {
+        let (payload, answer) = task.join().await;
+        assert_eq!(answer.as_deref(), Ok(payload.as_bytes()));
+    }
+    for i in 0..40 {
+        let payload = format!("after {i}");
+        assert_eq!(
+            send(payload.clone(), Duration::from_secs(5))
+                .await
+                .as_deref(),
+            Ok(payload.as_bytes())
+        );
+    }
+    let counters = client.counters().await.unwrap();
+    assert_eq!(counters.late_responses, 1, "{counters:?}");
+    assert_eq!(counters.reconnects, 0, "{counters:?}");
+    client.shutdown().await;
+}
+
 async fn shutdown_ends_every_pending_request_and_later_calls(runtime: Arc<dyn Runtime>) {
     let peer = Peer::start(Behaviour::Hold);
     let client = ClientBuilder::new(test_config())
@@ -465,5 +540,6 @@ test_on_every_runtime!(
     dropping_a_send_cancels_its_request,
     a_hanging_handshake_is_abandoned_at_the_setup_deadline,
     the_ids_of_requests_that_end_unanswered_are_used_again,
+    an_ended_requests_id_waits_for_its_late_answer,
     shutdown_ends_every_pending_request_and_later_calls,
 );
