@@ -1,6 +1,6 @@
-//! Real servers for the tests: memcached, PostgreSQL and Redis, each a process of this test binary's
-//! own on 127.0.0.1 and a free port, started, signalled (SIGSTOP, SIGCONT, SIGKILL) and stopped
-//! by pid.
+//! Real servers for the tests: memcached, PostgreSQL and Redis, each a process of this test
+//! binary's own on 127.0.0.1 and a free port, started, signalled (SIGSTOP, SIGCONT, SIGKILL)
+//! and stopped by pid.
 //!
 //! Nothing is skipped: a server binary that is not installed is an error that says so and how
 //! to install it. Every process is stopped and every directory removed when its handle is

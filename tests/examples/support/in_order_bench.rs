@@ -76,9 +76,7 @@ pub(crate) async fn run_bench<W: Workload>(
         assert!(stored(&answer), "storing key {i}: {answer:?}");
     }
 
-    println!(
-        "{server}: {requests} reads per client per round, {in_flight} in flight, one connection each"
-    );
+    println!("{server}: {requests} reads per client per round, {in_flight} in flight");
     println!("round  keepwire (req/s)  hand-written tokio (req/s)  keepwire / hand-written");
     let (mut ours, mut theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for round in 1..=rounds {
