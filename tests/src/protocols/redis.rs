@@ -595,6 +595,86 @@ mod tests {
     }
 
     #[test]
+    fn a_response_is_limited_as_a_whole_not_per_element() {
+        assert_eq!(Redis::new().max_response(), 64 << 20);
+        // Each bulk string fits in 20 bytes; the array holding both does not.
+        let mut buf = BytesMut::from(&b"*2\r\n$5\r\nhello\r\n$5\r\nworld\r\n"[..]);
+        let got = decode_all(&mut *Redis::with_max_response(20).decoder(), &mut buf);
+        assert_eq!(got, Err(Violation::FrameTooLong { len: 26, max: 20 }));
+        let mut buf = BytesMut::from(&b"*2\r\n$5\r\nhello\r\n$5\r\nworld\r\n"[..]);
+        let got = decode_all(&mut *Redis::with_max_response(26).decoder(), &mut buf);
+        assert_eq!(got.unwrap().len(), 1);
+    }
+
+    #[test]
+    fn arrays_nest_as_deep_as_the_limit_and_no_deeper() {
+        let nested = |depth: usize| {
+            let mut value = BytesMut::new();
+            for _ in 0..depth {
+                value.put_slice(b"*1\r\n");
+            }
+            value.put_slice(b":7\r\n");
+            value
+        };
+        let mut deepest = nested(MAX_DEPTH);
+        let mut expected = Reply::Integer(7);
+        for _ in 0..MAX_DEPTH {
+            expected = Reply::Array(vec![expected]);
+        }
+        let decoded = decode_all(&mut *Redis::new().decoder(), &mut deepest);
+        assert_eq!(decoded, Ok(vec![expected]));
+        // Parsed on its own (not cut by the decoder), a deeper one is refused too.
+        let too_deep = nested(MAX_DEPTH + 1).freeze();
+        assert_eq!(Reply::parse(&too_deep), Err(Malformed::TooDeep));
+    }
+
+    #[test]
+    fn a_decoder_handed_another_buffer_starts_over() {
+        let mut decoder = Redis::new().decoder();
+        let mut first = BytesMut::from(&b"*2\r\n:1\r\n"[..]);
+        assert_eq!(decode_all(&mut *decoder, &mut first), Ok(vec![]));
+        // Shorter than what it had parsed: not the buffer it was reading.
+        let mut other = BytesMut::from(&b":5\r\n"[..]);
+        assert_eq!(
+            decode_all(&mut *decoder, &mut other),
+            Ok(vec![Reply::Integer(5)])
+        );
+    }
+
+    #[test]
+    fn errors_and_replies_say_what_they_are() {
+        let refused = CommandError::BreaksOrder("MONITOR".into()).to_string();
+        assert!(refused.starts_with("MONITOR would break"), "{refused}");
+        assert!(
+            CommandError::NotACommand
+                .to_string()
+                .contains("redis::command")
+        );
+        assert_eq!(CommandError::Empty.to_string(), "a command needs a name");
+        let too_large = Malformed::TooLarge { len: 26, max: 20 }.to_string();
+        assert_eq!(
+            too_large,
+            "a response of 26 bytes, more than the 20 allowed"
+        );
+        assert_eq!(
+            Malformed::UnknownType(b'%').to_string(),
+            "unknown RESP2 type byte 0x25"
+        );
+        let reply = Reply::Array(vec![
+            Reply::Status("OK".into()),
+            Reply::Error("ERR no".into()),
+            Reply::Integer(-1),
+            Reply::Nil,
+            Reply::Bulk(Bytes::from_static(b"short")),
+            Reply::Bulk(Bytes::from(vec![b'x'; 65])),
+        ]);
+        let shown = format!("{reply:?}");
+        assert_eq!(shown, r#"[+OK, -ERR no, :-1, nil, "short", $65 bytes]"#);
+        let sixty_four = format!("{:?}", Reply::Bulk(Bytes::from(vec![b'y'; 64])));
+        assert_eq!(sixty_four, format!("{:?}", "y".repeat(64)));
+    }
+
+    #[test]
     fn commands_encode_as_arrays_of_bulk_strings() {
         let codec = Redis::new();
         let mut wire = BytesMut::new();
