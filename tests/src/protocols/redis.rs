@@ -733,6 +733,9 @@ mod tests {
         assert_eq!(Reply::parse(&two), Err(Malformed::Trailing));
         let short = Bytes::from_static(b"*2\r\n:1\r\n");
         assert_eq!(Reply::parse(&short), Err(Malformed::Incomplete));
+        // An empty status is a status.
+        let empty = Bytes::from_static(b"+\r\n");
+        assert_eq!(Reply::parse(&empty), Ok(Reply::Status(String::new())));
         let bulk = Bytes::from_static(b"$3\r\nabc\r\n");
         assert_eq!(
             Reply::parse(&bulk).unwrap().as_bulk(),
