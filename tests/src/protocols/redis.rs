@@ -592,6 +592,12 @@ mod tests {
             decode_all(&mut *Redis::new().decoder(), &mut line),
             Ok(vec![])
         );
+        // An error message of 60,000 bytes is a reply (the limit is 64 KiB).
+        let mut error = BytesMut::from(&b"-"[..]);
+        error.put_bytes(b'e', 60_000);
+        error.put_slice(b"\r\n");
+        let got = decode_all(&mut *Redis::new().decoder(), &mut error);
+        assert!(matches!(&got.unwrap()[..], [Reply::Error(e)] if e.len() == 60_000));
     }
 
     #[test]
