@@ -100,7 +100,7 @@ impl Codec for Redis {
 
     /// `PING`: answered at once with `+PONG`, changes nothing.
     fn heartbeat(&self, _id: Option<u64>, dst: &mut BytesMut) -> Option<Result<(), EncodeError>> {
-        dst.put_slice(&command(["PING"]));
+        dst.put_slice(b"*1\r\n$4\r\nPING\r\n");
         Some(Ok(()))
     }
 }
@@ -129,8 +129,6 @@ where
 pub enum CommandError {
     /// The request is not exactly one RESP array of bulk strings, with nothing after it.
     NotACommand,
-    /// An array with no arguments.
-    Empty,
     /// A command after which replies no longer answer one request each.
     BreaksOrder(String),
 }
@@ -141,7 +139,6 @@ impl fmt::Display for CommandError {
             Self::NotACommand => f.write_str(
                 "a request is one RESP array of bulk strings (build it with `redis::command`)",
             ),
-            Self::Empty => f.write_str("a command needs a name"),
             Self::BreaksOrder(name) => write!(
                 f,
                 "{name} would break the one-reply-per-request order on the connection"
@@ -154,11 +151,9 @@ impl std::error::Error for CommandError {}
 
 /// Checks that `payload` is one command keepwire can correlate: see the module docs.
 pub fn check_command(payload: &[u8]) -> Result<(), CommandError> {
+    // An array of no elements is not one: `element` reads `*0` as a complete value.
     let args = parse_command(payload).ok_or(CommandError::NotACommand)?;
-    let Some(name) = args.first() else {
-        return Err(CommandError::Empty);
-    };
-    let name = String::from_utf8_lossy(name).to_ascii_uppercase();
+    let name = String::from_utf8_lossy(args[0]).to_ascii_uppercase();
     let arg = |i: usize| {
         args.get(i)
             .map(|a| String::from_utf8_lossy(a).to_ascii_uppercase())
@@ -189,11 +184,9 @@ fn parse_command(payload: &[u8]) -> Option<Vec<&[u8]>> {
     };
     let mut args = Vec::with_capacity(count);
     for _ in 0..count {
-        let (element, len) = element(&payload[at..], payload.len()).ok()??;
-        if element != Element::Bulk {
+        let (Element::Bulk(header), len) = element(&payload[at..], payload.len()).ok()?? else {
             return None;
-        }
-        let header = payload[at..].iter().position(|&b| b == b'\n')? + 1;
+        };
         args.push(&payload[at + header..at + len - 2]);
         at += len;
     }
@@ -303,13 +296,14 @@ impl Reply {
         }
         let rest = &payload[at..];
         let (element, len) = element(rest, rest.len())?.ok_or(Malformed::Incomplete)?;
-        let line = || String::from_utf8_lossy(&rest[1..line_len(rest) - 2]).into_owned();
+        // A status or an error is one line: its text is between the type byte and `\r\n`.
+        let line = || String::from_utf8_lossy(&rest[1..len - 2]).into_owned();
         let reply = match element {
             Element::Status => Self::Status(line()),
             Element::Error => Self::Error(line()),
             Element::Integer(n) => Self::Integer(n),
             Element::Nil => Self::Nil,
-            Element::Bulk => Self::Bulk(payload.slice(at + line_len(rest)..at + len - 2)),
+            Element::Bulk(header) => Self::Bulk(payload.slice(at + header..at + len - 2)),
             Element::Array(count) => {
                 let mut items = Vec::with_capacity(count.min(1024));
                 let mut end = at + len;
@@ -394,8 +388,8 @@ enum Element {
     Status,
     Error,
     Integer(i64),
-    /// A bulk string, whole.
-    Bulk,
+    /// A bulk string, whole; its bytes start after a header of this length.
+    Bulk(usize),
     /// `$-1`, `*-1`, or an empty array `*0`.
     Nil,
     /// The header of an array of this many (at least one) elements.
@@ -442,7 +436,7 @@ fn element(buf: &[u8], room: usize) -> Result<Option<(Element, usize)>, Malforme
                 if &buf[whole - 2..whole] != b"\r\n" {
                     return Err(Malformed::BadLineEnd);
                 }
-                return Ok(Some((Element::Bulk, whole)));
+                return Ok(Some((Element::Bulk(line), whole)));
             }
         },
         b'*' => match number(text)? {
@@ -452,13 +446,6 @@ fn element(buf: &[u8], room: usize) -> Result<Option<(Element, usize)>, Malforme
         other => return Err(Malformed::UnknownType(other)),
     };
     Ok(Some((element, line)))
-}
-
-/// The length of the line `buf` starts with, `\r\n` included (it is known to have one).
-fn line_len(buf: &[u8]) -> usize {
-    buf.iter()
-        .position(|&b| b == b'\n')
-        .map_or(buf.len(), |n| n + 1)
 }
 
 /// A RESP integer: an optional `-` and decimal digits.
@@ -656,7 +643,6 @@ mod tests {
                 .to_string()
                 .contains("redis::command")
         );
-        assert_eq!(CommandError::Empty.to_string(), "a command needs a name");
         let too_large = Malformed::TooLarge { len: 26, max: 20 }.to_string();
         assert_eq!(
             too_large,

@@ -13,8 +13,7 @@ use bytes::BytesMut;
 use keepwire_driver::{Codec, Decoded};
 
 use super::{
-    PORT_TRIES, Process, ServerError, Signal, find_program, free_port, new_dir, remove_dir,
-    spawn_answering,
+    PORT_TRIES, Process, ServerError, find_program, free_port, new_dir, remove_dir, spawn_answering,
 };
 use crate::protocols::redis::{self, Redis, Reply};
 
@@ -123,22 +122,6 @@ impl RedisServer {
     pub fn tls_addr(&self) -> SocketAddr {
         let port = self.tls_port.expect("started with TLS");
         SocketAddr::from(([127, 0, 0, 1], port))
-    }
-
-    /// Its process id.
-    pub fn pid(&self) -> u32 {
-        self.process
-            .as_ref()
-            .expect("redis-server is running")
-            .pid()
-    }
-
-    /// Sends `signal` to it.
-    pub fn signal(&self, signal: Signal) {
-        self.process
-            .as_ref()
-            .expect("redis-server is running")
-            .signal(signal);
     }
 
     /// Runs one command on a connection of its own (opened for it, then closed) and returns
