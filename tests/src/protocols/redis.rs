@@ -151,7 +151,6 @@ impl std::error::Error for CommandError {}
 
 /// Checks that `payload` is one command keepwire can correlate: see the module docs.
 pub fn check_command(payload: &[u8]) -> Result<(), CommandError> {
-    // An array of no elements is not one: `element` reads `*0` as a complete value.
     let args = parse_command(payload).ok_or(CommandError::NotACommand)?;
     let name = String::from_utf8_lossy(args[0]).to_ascii_uppercase();
     let arg = |i: usize| {
@@ -179,7 +178,8 @@ pub fn check_command(payload: &[u8]) -> Result<(), CommandError> {
 
 /// The arguments of a payload that is exactly one array of bulk strings.
 fn parse_command(payload: &[u8]) -> Option<Vec<&[u8]>> {
-    let (Element::Array(count), mut at) = element(payload, payload.len()).ok()?? else {
+    // A command has a name: an empty array is not one.
+    let (Element::Array(count @ 1..), mut at) = element(payload, payload.len()).ok()?? else {
         return None;
     };
     let mut args = Vec::with_capacity(count);
@@ -359,7 +359,8 @@ impl Decoder for RespDecoder {
                 return Ok(None);
             };
             self.parsed += len;
-            if let Element::Array(count) = element {
+            // An empty array is complete with its header.
+            if let Element::Array(count @ 1..) = element {
                 if self.open.len() == MAX_DEPTH {
                     return Err(Malformed::TooDeep.into());
                 }
@@ -390,9 +391,9 @@ enum Element {
     Integer(i64),
     /// A bulk string, whole; its bytes start after a header of this length.
     Bulk(usize),
-    /// `$-1`, `*-1`, or an empty array `*0`.
+    /// `$-1` or `*-1`.
     Nil,
-    /// The header of an array of this many (at least one) elements.
+    /// The header of an array of this many elements (`*0` is an empty array, not nil).
     Array(usize),
 }
 
@@ -440,7 +441,7 @@ fn element(buf: &[u8], room: usize) -> Result<Option<(Element, usize)>, Malforme
             }
         },
         b'*' => match number(text)? {
-            -1 | 0 => Element::Nil,
+            -1 => Element::Nil,
             count => Element::Array(usize::try_from(count).map_err(|_| Malformed::BadNumber)?),
         },
         other => return Err(Malformed::UnknownType(other)),
@@ -501,7 +502,7 @@ mod tests {
             Reply::Bulk(Bytes::new()),
             Reply::Nil,
             Reply::Nil,
-            Reply::Nil,
+            Reply::Array(vec![]),
             Reply::Array(vec![
                 Reply::Integer(1),
                 Reply::Array(vec![
