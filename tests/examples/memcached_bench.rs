@@ -32,10 +32,12 @@ impl Workload for Gets {
         memcached::version()
     }
 
-    fn store(&self, i: usize) -> (Bytes, fn(&Bytes) -> bool) {
-        (memcached::set(key(i), value(i)), |answer| {
-            Reply::parse(answer) == Ok(Reply::Stored)
-        })
+    fn store(&self, i: usize) -> Bytes {
+        memcached::set(key(i), value(i))
+    }
+
+    fn is_stored(&self, answer: &Bytes) -> bool {
+        Reply::parse(answer) == Ok(Reply::Stored)
     }
 
     fn read(&self, i: usize) -> Bytes {

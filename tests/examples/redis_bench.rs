@@ -32,10 +32,12 @@ impl Workload for Gets {
         command(["PING"])
     }
 
-    fn store(&self, i: usize) -> (Bytes, fn(&Bytes) -> bool) {
-        (command(["SET", &key(i), &value(i)]), |answer| {
-            Reply::parse(answer) == Ok(Reply::Status("OK".into()))
-        })
+    fn store(&self, i: usize) -> Bytes {
+        command(["SET", &key(i), &value(i)])
+    }
+
+    fn is_stored(&self, answer: &Bytes) -> bool {
+        Reply::parse(answer) == Ok(Reply::Status("OK".into()))
     }
 
     fn read(&self, i: usize) -> Bytes {
