@@ -327,8 +327,9 @@ impl Reply {
     }
 }
 
-/// A response's decoder: it keeps what it parsed of a response between reads, so each byte is
-/// looked at about once however the response is cut.
+/// A response's decoder: it keeps the whole elements and array headers it parsed between
+/// reads, so a read looks again only at the element it cut (a line up to [`MAX_LINE`], or a
+/// bulk string's header), not at the response from its start.
 #[derive(Debug)]
 struct RespDecoder {
     max_response: usize,
