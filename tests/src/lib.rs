@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod collect;
+pub mod dns;
 pub mod names;
 pub mod netns;
 pub mod panicking;

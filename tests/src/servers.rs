@@ -1,6 +1,6 @@
-//! Real servers for the tests: memcached, PostgreSQL and Redis, each a process of this test
-//! binary's own on 127.0.0.1 and a free port, started, signalled (SIGSTOP, SIGCONT, SIGKILL)
-//! and stopped by pid.
+//! Real servers for the tests: memcached, PostgreSQL, Redis and Unbound (a DNS resolver), each
+//! a process of this test binary's own on 127.0.0.1 and a free port, started, signalled
+//! (SIGSTOP, SIGCONT, SIGKILL) and stopped by pid.
 //!
 //! Nothing is skipped: a server binary that is not installed is an error that says so and how
 //! to install it. Every process is stopped and every directory removed when its handle is
@@ -30,7 +30,9 @@ use keepwire_driver::{Codec, Decoded};
 use crate::protocols::postgres::{Postgres, Response, Startup, Step};
 
 mod redis;
+mod unbound;
 pub use redis::RedisServer;
+pub use unbound::{LOCAL_TEXT, LOCAL_ZONE, UnboundServer};
 
 /// The user PostgreSQL runs as when the tests run as root.
 pub const SERVER_USER: &str = "keepwire";

@@ -1,6 +1,7 @@
-//! Clients for three real servers, written as keepwire codecs: [`postgres`] (the simple query
+//! Clients for four real servers, written as keepwire codecs: [`postgres`] (the simple query
 //! protocol, with startup and authentication in a handshake hook), [`memcached`] (the text
-//! protocol) and [`redis`] (RESP2). All three are in order: the bytes on the wire are the
+//! protocol) and [`redis`] (RESP2), which are in order, and [`dns`] (DNS over TCP), whose
+//! responses carry the query's id and may come in any order. The bytes on the wire are the
 //! protocol's own.
 //!
 //! They depend on nothing but `keepwire-driver` and `bytes`, so the tests, the examples and
@@ -8,6 +9,7 @@
 //! only keepwire dependency, it imports the same names from that crate
 //! (`keepwire_tokio::{Codec, Decoder, ...}` re-exports them all).
 
+pub mod dns;
 pub mod memcached;
 pub mod postgres;
 pub mod redis;
@@ -21,7 +23,7 @@ mod tests {
     use bytes::BytesMut;
     use keepwire_driver::{Codec, Decoded};
 
-    use super::{memcached, postgres, redis};
+    use super::{dns, memcached, postgres, redis};
 
     /// xorshift64*: deterministic, no dependency.
     struct Rng(u64);
@@ -64,8 +66,10 @@ mod tests {
             fed += n;
             loop {
                 match decoder.decode(&mut buf) {
-                    Ok(Some(Decoded::Next(payload))) => parse(&payload),
-                    Ok(Some(other)) => panic!("in order only: {other:?}"),
+                    Ok(Some(Decoded::Next(payload) | Decoded::Tagged { payload, .. })) => {
+                        parse(&payload)
+                    }
+                    Ok(Some(other)) => panic!("{other:?}"),
                     Ok(None) => break,
                     Err(_) => return,
                 }
@@ -84,6 +88,9 @@ mod tests {
             E\0\0\0\x11SERROR\0C42601\0\0Z\0\0\0\x05I";
         let redis_stream: &[u8] = b"+OK\r\n-ERR no\r\n:7\r\n$3\r\nabc\r\n$-1\r\n*2\r\n*1\r\n\
             :1\r\n$0\r\n\r\n*0\r\n";
+        let dns_stream: &[u8] = b"\0\x2b\0\x07\x81\x80\0\x01\0\x01\0\0\0\0\x02db\x07example\0\
+            \0\x10\0\x01\xc0\x0c\0\x10\0\x01\0\0\0\x3c\0\x03\x02ok\0\x1e\0\x08\x81\x83\0\
+            \x01\0\0\0\x01\0\0\x01x\0\0\x01\0\x01\0\0\x06\0\x01\0\0\0\0\0\0";
         let startup = postgres::Startup::new("u", "d").password("p");
         for _ in 0..20_000 {
             let input = mutate(&mut rng, memcached_stream);
@@ -106,6 +113,11 @@ mod tests {
                 let _ = redis::Reply::parse(p);
             });
             let _ = redis::check_command(&input);
+            let input = mutate(&mut rng, dns_stream);
+            feed(&mut rng, &dns::Dns::new(), &input, |p| {
+                let _ = dns::Message::parse(p);
+            });
+            let _ = dns::check_query(&input);
         }
     }
 }

@@ -1,0 +1,257 @@
+//! DNS over TCP through keepwire, on every runtime, against a real resolver: Unbound, which
+//! answers the queries of one connection in the order their answers are ready, each carrying
+//! its query's 16-bit id (`keepwire_tests::protocols::dns`, correlated by id). A slow answer
+//! is overtaken by fast ones on one connection; 64 tasks pipeline thousands of names, some
+//! answered by the resolver, some by its upstream; a query past its deadline keeps its id
+//! until its late answer arrives and is dropped; and a resolver killed with queries in flight
+//! ends them with a typed outcome, its restart answering the next.
+//!
+//! The resolver is the test binary's own process (`keepwire_tests::servers::UnboundServer`),
+//! and so is its upstream, a UDP server on loopback: no query leaves the machine. One is
+//! shared by the tests that leave it running; the test that kills it has its own. Every body
+//! is bounded in time; each prints what it measured.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use keepwire_driver::{Client, ClientBuilder, NodeId, Runtime, SendError, Sent};
+use keepwire_proto::{CloseReason, Failure, Phase};
+use keepwire_tests::dns::{self, resolve};
+use keepwire_tests::protocols::dns::Dns;
+use keepwire_tests::servers::{LOCAL_TEXT, LOCAL_ZONE, Shared, UnboundServer};
+use keepwire_tests::{bounded, runtime_name, sleep, spawn, test_config, test_on_every_runtime};
+
+static SERVER: Shared<UnboundServer> = Shared::new();
+
+/// The shared resolver (started by the first test that needs it, stopped after the last).
+fn server() -> Arc<UnboundServer> {
+    SERVER
+        .get(UnboundServer::start)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn client(runtime: &Arc<dyn Runtime>, server: &UnboundServer) -> (Client, NodeId) {
+    let client = ClientBuilder::new(test_config())
+        .node(server.addr())
+        .codec(Dns::new())
+        .build(Arc::clone(runtime))
+        .unwrap();
+    let node = client.initial_nodes()[0];
+    (client, node)
+}
+
+const PATIENT: Duration = Duration::from_secs(5);
+
+/// A query the upstream answers after 400 ms, then 16 the resolver answers itself: the 16
+/// answers come first, each to its own query, and the slow one after, on the one connection.
+async fn a_slow_answer_is_overtaken_on_one_connection(runtime: Arc<dyn Runtime>) {
+    let server = server();
+    let name = runtime_name(&*runtime);
+    bounded(&*runtime, Duration::from_secs(20), "overtaken", async {
+        let (client, _) = client(&runtime, &server);
+        let warm = format!("warm-{name}.{LOCAL_ZONE}");
+        assert_eq!(
+            resolve(&client, &warm, PATIENT).await.as_deref(),
+            Ok(LOCAL_TEXT)
+        );
+        let delay = Duration::from_millis(400);
+        let seen = dns::overtaken(&runtime, &client, delay, 16, name).await;
+        let counters = client.counters().await.unwrap();
+        assert_eq!(counters.reconnects, 0, "{counters:?}");
+        println!(
+            "[dns out of order, {name}] 16 local answers within {:.2?}; the upstream's, \
+             written first, after {:.2?}",
+            seen.fast, seen.slow
+        );
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// 64 tasks × 100 distinct names pipelined on one connection, every eighth answered by the
+/// upstream (so answers overtake one another all the time): every answer is its own query's.
+async fn many_tasks_get_their_own_answers(runtime: Arc<dyn Runtime>) {
+    const TASKS: usize = 64;
+    const REQUESTS: usize = 100;
+    let server = server();
+    let name = runtime_name(&*runtime);
+    bounded(
+        &*runtime,
+        Duration::from_secs(60),
+        "64 × 100 names",
+        async {
+            let (client, _) = client(&runtime, &server);
+            let warm = format!("warm-many-{name}.{LOCAL_ZONE}");
+            assert_eq!(
+                resolve(&client, &warm, PATIENT).await.as_deref(),
+                Ok(LOCAL_TEXT)
+            );
+            let upstream_before = server.upstream_queries();
+            let took = dns::pipelined(&runtime, &client, TASKS, REQUESTS, name).await;
+            let forwarded = server.upstream_queries() - upstream_before;
+            assert!(
+                forwarded >= TASKS * REQUESTS / 8,
+                "{forwarded} forwarded to the upstream"
+            );
+            let counters = client.counters().await.unwrap();
+            assert_eq!(counters.reconnects, 0, "one connection: {counters:?}");
+            println!(
+                "[dns 64 × 100, {name}] {} queries in {took:.2?}, {forwarded} of them forwarded \
+             (with other tests' meanwhile)",
+                TASKS * REQUESTS
+            );
+            client.shutdown().await;
+        },
+    )
+    .await;
+}
+
+/// Four queries the upstream answers after 600 ms, with a deadline of 150 ms: each ends in
+/// flight, fully sent, while queries beside them are answered. Each keeps its id until its
+/// late answer comes and is dropped; after that the connection goes on as before.
+async fn a_query_past_its_deadline_keeps_its_id_until_its_late_answer(runtime: Arc<dyn Runtime>) {
+    const LATE: usize = 4;
+    let server = server();
+    let name = runtime_name(&*runtime);
+    bounded(&*runtime, Duration::from_secs(20), "late answers", async {
+        let (client, node) = client(&runtime, &server);
+        let warm = format!("warm-late-{name}.{LOCAL_ZONE}");
+        assert_eq!(
+            resolve(&client, &warm, PATIENT).await.as_deref(),
+            Ok(LOCAL_TEXT)
+        );
+        let started = Instant::now();
+        let late: Vec<_> = (0..LATE)
+            .map(|i| {
+                let client = client.clone();
+                let query = format!("d600.late{i}-{name}.up");
+                spawn(&*runtime, async move {
+                    let outcome = resolve(&client, &query, Duration::from_millis(150)).await;
+                    (query, outcome, started.elapsed())
+                })
+            })
+            .collect();
+        for i in 0..8 {
+            let local = format!("beside{i}-{name}.{LOCAL_ZONE}");
+            assert_eq!(
+                resolve(&client, &local, PATIENT).await.as_deref(),
+                Ok(LOCAL_TEXT)
+            );
+        }
+        for task in late {
+            let (query, outcome, at) = task.join().await;
+            assert_eq!(
+                outcome,
+                Err(SendError::DeadlineExceeded {
+                    phase: Phase::InFlight,
+                    sent: Sent::Fully,
+                    retried: false,
+                }),
+                "{query}"
+            );
+            assert!(
+                at < Duration::from_millis(600),
+                "{query} ended after {at:?}"
+            );
+        }
+        // The ended queries' ids are held until their answers come (after 600 ms).
+        let held = client.node_info(node).await.unwrap().in_flight;
+        assert_eq!(held, LATE, "the ended queries wait for their answers");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut counters = client.counters().await.unwrap();
+        while counters.late_responses < LATE as u64 {
+            assert!(Instant::now() < deadline, "late answers: {counters:?}");
+            sleep(&*runtime, Duration::from_millis(10)).await;
+            counters = client.counters().await.unwrap();
+        }
+        let dropped_at = started.elapsed();
+        assert_eq!(client.node_info(node).await.unwrap().in_flight, 0);
+        let after = format!("after-{name}.{LOCAL_ZONE}");
+        assert_eq!(
+            resolve(&client, &after, PATIENT).await.as_deref(),
+            Ok(LOCAL_TEXT)
+        );
+        let counters = client.counters().await.unwrap();
+        assert_eq!(counters.request_timeouts, LATE as u64, "{counters:?}");
+        assert_eq!(
+            counters.reconnects, 0,
+            "one connection throughout: {counters:?}"
+        );
+        println!(
+            "[dns late answers, {name}] {LATE} queries ended at their 150 ms deadline; their \
+             answers came and were dropped by {dropped_at:.2?}"
+        );
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// `kill -9` while a query waits on the upstream: the kernel closes the connection and the
+/// query ends at once, `ConnectionLost` and fully sent. The resolver restarted on the same
+/// port answers the next query, on a new connection.
+async fn a_killed_resolver_ends_its_queries_and_its_restart_answers(runtime: Arc<dyn Runtime>) {
+    let mut server = UnboundServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let name = runtime_name(&*runtime);
+    bounded(&*runtime, Duration::from_secs(20), "killed resolver", async {
+        let (client, node) = client(&runtime, &server);
+        let warm = format!("warm-kill-{name}.{LOCAL_ZONE}");
+        assert_eq!(resolve(&client, &warm, PATIENT).await.as_deref(), Ok(LOCAL_TEXT));
+        let before = client.node_info(node).await.unwrap().conn;
+        let waiting = {
+            let client = client.clone();
+            let query = format!("d1000.killed-{name}.up");
+            spawn(&*runtime, async move { resolve(&client, &query, PATIENT).await })
+        };
+        while client.node_info(node).await.unwrap().in_flight == 0 {
+            sleep(&*runtime, Duration::from_millis(1)).await;
+        }
+        sleep(&*runtime, Duration::from_millis(50)).await; // forwarded by now
+        server.kill();
+        let killed = Instant::now();
+        match waiting.join().await {
+            Err(SendError::ConnectionLost {
+                cause: CloseReason::Io(Failure::Reset | Failure::PeerClosed),
+                sent: Sent::Fully,
+                retried: false,
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        let lost_after = killed.elapsed();
+        assert!(lost_after < Duration::from_millis(500), "lost after {lost_after:?}");
+
+        server.restart().unwrap_or_else(|e| panic!("{e}"));
+        let restarted = Instant::now();
+        let again = format!("again-{name}.{LOCAL_ZONE}");
+        // The node may still be in its reconnect backoff: ask until it answers.
+        let mut tries = 0;
+        let text = loop {
+            tries += 1;
+            match resolve(&client, &again, Duration::from_millis(500)).await {
+                Ok(text) => break text,
+                Err(e) if tries < 20 => {
+                    assert!(!e.is_final(), "{e}");
+                    sleep(&*runtime, Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("no answer after the restart: {e}"),
+            }
+        };
+        assert_eq!(text, LOCAL_TEXT);
+        let answered_after = restarted.elapsed();
+        assert_ne!(client.node_info(node).await.unwrap().conn, before, "a new connection");
+        let counters = client.counters().await.unwrap();
+        assert!(counters.reconnects >= 1, "{counters:?}");
+        println!(
+            "[dns kill -9, {name}] the waiting query lost after {lost_after:.2?}; the restarted \
+             resolver answered {answered_after:.2?} after it was ready ({tries} tries)"
+        );
+        client.shutdown().await;
+    })
+    .await;
+}
+
+test_on_every_runtime!(
+    a_slow_answer_is_overtaken_on_one_connection,
+    many_tasks_get_their_own_answers,
+    a_query_past_its_deadline_keeps_its_id_until_its_late_answer,
+    a_killed_resolver_ends_its_queries_and_its_restart_answers,
+);
