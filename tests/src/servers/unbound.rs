@@ -45,22 +45,33 @@ pub struct UnboundServer {
     dir: PathBuf,
     /// What identifies this process when asked `id.server`.
     identity: String,
+    /// `tcp-idle-timeout`, if not the default.
+    idle_timeout: Option<Duration>,
     upstream: Upstream,
 }
 
 impl UnboundServer {
     /// Starts one on a free port and waits until it answers `id.server` with its identity.
     pub fn start() -> Result<Self, ServerError> {
-        Self::start_with(None)
+        Self::start_with(None, None)
     }
 
     /// As [`start`](Self::start), with a second port that speaks DNS over TLS
     /// ([`tls_addr`](Self::tls_addr)), serving `cert_pem` with `key_pem`.
     pub fn start_with_tls(cert_pem: &str, key_pem: &str) -> Result<Self, ServerError> {
-        Self::start_with(Some((cert_pem, key_pem)))
+        Self::start_with(Some((cert_pem, key_pem)), None)
     }
 
-    fn start_with(tls: Option<(&str, &str)>) -> Result<Self, ServerError> {
+    /// As [`start`](Self::start), closing a connection that has sent no query for `idle`
+    /// (`tcp-idle-timeout`, 30 s by default).
+    pub fn start_closing_idle(idle: Duration) -> Result<Self, ServerError> {
+        Self::start_with(None, Some(idle))
+    }
+
+    fn start_with(
+        tls: Option<(&str, &str)>,
+        idle_timeout: Option<Duration>,
+    ) -> Result<Self, ServerError> {
         let program = program()?;
         let dir = new_dir("unbound")?;
         let mut server = Self {
@@ -69,6 +80,7 @@ impl UnboundServer {
             tls_port: None,
             identity: format!("keepwire-{}", dir.display()),
             dir,
+            idle_timeout,
             upstream: Upstream::start()?,
         };
         if let Some((cert_pem, key_pem)) = tls {
@@ -153,6 +165,9 @@ impl UnboundServer {
             format!("local-zone: \"{LOCAL_ZONE}.\" redirect"),
             format!("local-data: \"{LOCAL_ZONE}. 0 IN TXT {LOCAL_TEXT}\""),
         ];
+        if let Some(idle) = self.idle_timeout {
+            server.push(format!("tcp-idle-timeout: {}", idle.as_millis()));
+        }
         if let Some(port) = self.tls_port {
             server.extend([
                 format!("interface: 127.0.0.1@{port}"),
