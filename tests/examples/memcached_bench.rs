@@ -1,6 +1,6 @@
 //! What an in-order protocol costs on keepwire: the keepwire memcached client against a
 //! hand-written tokio memcached client, `get`s pipelined on one connection
-//! (`support/in_order_bench.rs` says how it runs and what the baseline is).
+//! (`support/pipelined_bench.rs` says how it runs and what the baseline is).
 //!
 //! ```text
 //! cargo run --release -p keepwire-tests --example memcached_bench [-- REQUESTS [IN_FLIGHT [ROUNDS]]]
@@ -16,10 +16,10 @@ use keepwire_tests::protocols::memcached::{self, Memcached, Reply};
 use keepwire_tests::servers::MemcachedServer;
 use keepwire_tokio::Codec;
 
-#[path = "support/in_order_bench.rs"]
-mod in_order_bench;
+#[path = "support/pipelined_bench.rs"]
+mod pipelined_bench;
 
-use in_order_bench::{Workload, key, run_bench, value};
+use pipelined_bench::{Workload, key, run_bench, value};
 
 struct Gets;
 
@@ -32,8 +32,8 @@ impl Workload for Gets {
         memcached::version()
     }
 
-    fn store(&self, i: usize) -> Bytes {
-        memcached::set(key(i), value(i))
+    fn store(&self, i: usize) -> Option<Bytes> {
+        Some(memcached::set(key(i), value(i)))
     }
 
     fn is_stored(&self, answer: &Bytes) -> bool {

@@ -1,6 +1,6 @@
 //! What an in-order protocol costs on keepwire: the keepwire Redis client against a
 //! hand-written tokio Redis client, `GET`s pipelined on one connection
-//! (`support/in_order_bench.rs` says how it runs and what the baseline is).
+//! (`support/pipelined_bench.rs` says how it runs and what the baseline is).
 //!
 //! ```text
 //! cargo run --release -p keepwire-tests --example redis_bench [-- REQUESTS [IN_FLIGHT [ROUNDS]]]
@@ -16,10 +16,10 @@ use keepwire_tests::protocols::redis::{Redis, Reply, command};
 use keepwire_tests::servers::RedisServer;
 use keepwire_tokio::Codec;
 
-#[path = "support/in_order_bench.rs"]
-mod in_order_bench;
+#[path = "support/pipelined_bench.rs"]
+mod pipelined_bench;
 
-use in_order_bench::{Workload, key, run_bench, value};
+use pipelined_bench::{Workload, key, run_bench, value};
 
 struct Gets;
 
@@ -32,8 +32,8 @@ impl Workload for Gets {
         command(["PING"])
     }
 
-    fn store(&self, i: usize) -> Bytes {
-        command(["SET", &key(i), &value(i)])
+    fn store(&self, i: usize) -> Option<Bytes> {
+        Some(command(["SET", &key(i), &value(i)]))
     }
 
     fn is_stored(&self, answer: &Bytes) -> bool {
