@@ -698,6 +698,12 @@ mod tests {
         );
         assert_eq!(decoder.decode(&mut BytesMut::from(&[0][..])), Ok(None));
         assert_eq!(Dns::default().max_response(), 65535);
+        // A header and nothing else is the shortest response.
+        let mut header = BytesMut::from(&[0, 12, 0, 4, QR, 0, 0, 0, 0, 0, 0, 0, 0, 0][..]);
+        let Ok(Some(Decoded::Tagged { id: 4, payload })) = decoder.decode(&mut header) else {
+            panic!("a 12-byte response")
+        };
+        assert_eq!(payload.len(), 12);
     }
 
     #[test]
@@ -738,7 +744,10 @@ mod tests {
         let parse = |m: Vec<u8>| Message::parse(&Bytes::from(m));
         assert_eq!(parse(q[..11].to_vec()), Err(ParseError::Truncated));
         assert_eq!(parse(q[..q.len() - 1].to_vec()), Err(ParseError::Truncated));
-        assert_eq!(parse([&q[..], b"!"].concat()), Err(ParseError::Trailing(1)));
+        assert_eq!(
+            parse([&q[..], b"!!!"].concat()),
+            Err(ParseError::Trailing(3))
+        );
         // A pointer to itself, one forward, and a reserved label type.
         for name in [&b"\xc0\x0c"[..], b"\xc0\x20", b"\x40", b"\x81"] {
             let mut m = q[..12].to_vec();
@@ -769,6 +778,20 @@ mod tests {
         assert_eq!(
             ParseError::Trailing(2).to_string(),
             "2 bytes after the last record"
+        );
+    }
+
+    #[test]
+    fn a_query_parses_as_one_and_the_longest_name_is_read_whole() {
+        // 127 one-byte labels: 255 bytes on the wire, the most a name may take.
+        let longest = vec!["x"; 127].join(".");
+        let query = query(&longest, TXT).unwrap();
+        let parsed = Message::parse(&query).unwrap();
+        assert!(!parsed.response && !parsed.authoritative && !parsed.truncated);
+        assert_eq!(parsed.questions[0].name, longest);
+        assert_eq!(
+            (parsed.questions[0].rtype, parsed.questions[0].class),
+            (TXT, IN)
         );
     }
 
