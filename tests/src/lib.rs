@@ -39,7 +39,7 @@ use keepwire_driver::{
     Client, ClientBuilder, ClientEvent, Events, HandshakeError, HandshakeIo, Runtime, SendError,
     Target, sleep_until,
 };
-use keepwire_proto::{Config, Event};
+use keepwire_proto::{CloseReason, Config, Event, NodeState, Reason};
 
 pub use netns::{Netns, NetnsError, in_private_netns};
 pub use runtimes::{AsyncStd, Smol, TestRuntime, Tokio};
@@ -256,6 +256,24 @@ pub async fn wait_for<T>(
         Some(None) => panic!("the client shut down before: {what}"),
         None => panic!("no {what} within {limit:?}"),
     }
+}
+
+/// Waits, at most `limit`, for the peer to close a ready connection (a FIN or a reset the
+/// client read); returns how it was closed.
+pub async fn closed_by_peer(
+    runtime: &dyn Runtime,
+    events: &mut Events,
+    limit: Duration,
+) -> CloseReason {
+    wait_for(runtime, events, limit, "the peer's close", |e| match e {
+        Event::StateChanged {
+            from: NodeState::Ready,
+            reason: Reason::Closed(reason @ CloseReason::Io(_)),
+            ..
+        } => Some(*reason),
+        _ => None,
+    })
+    .await
 }
 
 /// A configuration with the short timeouts the real-socket tests use: setup 300 ms (doubling

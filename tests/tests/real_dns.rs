@@ -16,12 +16,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keepwire_driver::{Client, ClientBuilder, NodeId, Runtime, SendError, Sent};
-use keepwire_proto::{CloseReason, Event, Failure, NodeState, Phase, Reason};
+use keepwire_proto::{CloseReason, Failure, Phase};
 use keepwire_tests::dns::{self, resolve};
 use keepwire_tests::protocols::dns::{self as wire, CH, Dns, TXT};
 use keepwire_tests::servers::{LOCAL_TEXT, LOCAL_ZONE, Shared, UnboundServer};
 use keepwire_tests::{
-    bounded, runtime_name, sleep, spawn, test_config, test_on_every_runtime, wait_for,
+    bounded, closed_by_peer, runtime_name, sleep, spawn, test_config, test_on_every_runtime,
 };
 
 static SERVER: Shared<UnboundServer> = Shared::new();
@@ -289,21 +289,7 @@ async fn heartbeats_outlast_the_resolvers_idle_timeout(runtime: Arc<dyn Runtime>
         let kept_conn = kept.node_info(kept_node).await.unwrap().conn;
         let plain_conn = plain.node_info(plain_node).await.unwrap().conn;
 
-        let closed = wait_for(
-            &*runtime,
-            &mut plain_events,
-            Duration::from_secs(4),
-            "the resolver's close",
-            |e| match e {
-                Event::StateChanged {
-                    from: NodeState::Ready,
-                    reason: Reason::Closed(reason @ CloseReason::Io(_)),
-                    ..
-                } => Some(*reason),
-                _ => None,
-            },
-        )
-        .await;
+        let closed = closed_by_peer(&*runtime, &mut plain_events, Duration::from_secs(4)).await;
         let closed_after = idle.elapsed();
         // Not before the timeout, give or take the few milliseconds Unbound's event loop
         // (libevent, with its clock read once per loop) may fire a timer early: 997.8 ms seen.

@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use keepwire_driver::{Client, ClientBuilder, NodeId, Runtime, SendError, Sent, Target};
-use keepwire_proto::{CloseReason, Event, NodeState, Phase, Reason};
+use keepwire_proto::Phase;
 use keepwire_tests::protocols::redis::{Redis, Reply, command};
 use keepwire_tests::redis::{self, ask};
 use keepwire_tests::servers::{RedisServer, Shared};
 use keepwire_tests::{
-    bounded, runtime_name, sleep, spawn, test_config, test_on_every_runtime, wait_for,
+    bounded, closed_by_peer, runtime_name, sleep, spawn, test_config, test_on_every_runtime,
 };
 
 static SERVER: Shared<RedisServer> = Shared::new();
@@ -270,21 +270,7 @@ async fn heartbeats_outlast_the_servers_idle_timeout(runtime: Arc<dyn Runtime>) 
         let plain_conn = plain.node_info(plain_node).await.unwrap().conn;
         let idle = Instant::now();
 
-        let closed = wait_for(
-            &*runtime,
-            &mut plain_events,
-            Duration::from_secs(4),
-            "the server's close",
-            |e| match e {
-                Event::StateChanged {
-                    from: NodeState::Ready,
-                    reason: Reason::Closed(reason @ CloseReason::Io(_)),
-                    ..
-                } => Some(*reason),
-                _ => None,
-            },
-        )
-        .await;
+        let closed = closed_by_peer(&*runtime, &mut plain_events, Duration::from_secs(4)).await;
         let closed_after = idle.elapsed();
         assert!(
             closed_after >= Duration::from_secs(1),
