@@ -35,8 +35,9 @@ pub const LOCAL_ZONE: &str = "fast.kw";
 /// The text of every record in [`LOCAL_ZONE`].
 pub const LOCAL_TEXT: &str = "fast";
 
-/// An Unbound on 127.0.0.1 ([module docs](self)); stopped, and its directory removed, when
-/// dropped.
+/// An Unbound on 127.0.0.1: the zone [`LOCAL_ZONE`] its own, every other name forwarded to
+/// an upstream on loopback that waits as long as the name's first label says (`d250.q1.up`:
+/// 250 ms). Stopped, and its directory removed, when dropped.
 #[derive(Debug)]
 pub struct UnboundServer {
     process: Option<Process>,
