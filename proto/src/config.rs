@@ -334,6 +334,15 @@ pub struct SocketOptions {
     pub send_buffer_size: Option<u32>,
     /// `SO_RCVBUF` in bytes; `None` leaves the kernel default.
     pub recv_buffer_size: Option<u32>,
+    /// `TCP_QUICKACK` (Linux), set at connect and again after every read that returned bytes
+    /// (the kernel leaves quick-ACK mode by itself): each response is acknowledged at once
+    /// rather than after the delayed-ACK timer (40 ms at least). For servers that leave
+    /// Nagle's algorithm on (Unbound, for one): once every request of a burst is written and
+    /// the client has nothing left to send, their later responses wait for that ACK. It costs a
+    /// `setsockopt` per read, and the server an ACK segment per read; in a pipeline kept full
+    /// the client's own requests carry its ACKs, and it can lose throughput (BENCHMARKS.md,
+    /// the DNS benchmark). Default false.
+    pub quickack: bool,
 }
 
 impl Default for SocketOptions {
@@ -344,6 +353,7 @@ impl Default for SocketOptions {
             user_timeout: Some(Duration::from_secs(10)),
             send_buffer_size: None,
             recv_buffer_size: None,
+            quickack: false,
         }
     }
 }

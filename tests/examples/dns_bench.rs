@@ -4,25 +4,29 @@
 //! baseline is).
 //!
 //! ```text
-//! cargo run --release -p keepwire-tests --example dns_bench [-- REQUESTS [IN_FLIGHT [ROUNDS]]]
+//! cargo run --release -p keepwire-tests --example dns_bench [-- REQUESTS [IN_FLIGHT [ROUNDS [quickack]]]]
 //! ```
 //!
 //! Defaults: 200,000 queries per client per round, 64 in flight, 7 rounds; it starts its own
-//! Unbound on a free loopback port (one thread; it answers the local zone itself).
+//! Unbound on a free loopback port (one thread; it answers the local zone itself). With
+//! `quickack`, keepwire's client has `TCP_QUICKACK` on (`SocketOptions::quickack`; Unbound
+//! leaves Nagle's algorithm on); the hand-written one is as before.
 
 use std::error::Error;
 
 use bytes::Bytes;
 use keepwire_tests::protocols::dns::{self, CH, Data, Dns, Message, TXT};
 use keepwire_tests::servers::{LOCAL_TEXT, LOCAL_ZONE, UnboundServer};
-use keepwire_tokio::Codec;
+use keepwire_tokio::{Codec, Config};
 
 #[path = "support/pipelined_bench.rs"]
 mod pipelined_bench;
 
 use pipelined_bench::{Workload, key, run_bench};
 
-struct Queries;
+struct Queries {
+    quickack: bool,
+}
 
 impl Queries {
     fn name(i: usize) -> String {
@@ -62,10 +66,20 @@ impl Workload for Queries {
         };
         asked == Some(&Self::name(i)[..]) && text == Some(LOCAL_TEXT.as_bytes())
     }
+
+    fn configure(&self, config: &mut Config) {
+        config.socket.quickack = self.quickack;
+    }
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn Error>> {
     let server = UnboundServer::start()?;
-    run_bench(Queries, "Unbound (DNS over TCP)", server.addr()).await
+    let quickack = std::env::args().nth(4).is_some_and(|a| a == "quickack");
+    let what = if quickack {
+        "Unbound (DNS over TCP), keepwire with TCP_QUICKACK"
+    } else {
+        "Unbound (DNS over TCP)"
+    };
+    run_bench(Queries { quickack }, what, server.addr()).await
 }

@@ -128,6 +128,11 @@ impl<'a> SocketRef<'a> {
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         self.0.peer_addr()?.as_socket().ok_or_else(not_inet)
     }
+
+    /// Sets `TCP_QUICKACK` again, after a read (the kernel leaves quick-ACK mode by itself).
+    pub(crate) fn rearm_quickack(&self) {
+        rearm_quickack(&self.0);
+    }
 }
 
 fn not_inet() -> io::Error {
@@ -194,7 +199,41 @@ fn apply(socket: &Socket, options: &SocketOptions) -> OptionReport {
             &mut report,
         );
     }
+    if options.quickack {
+        set_quickack(socket, &mut report);
+    }
     report
+}
+
+#[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
+fn set_quickack(socket: &Socket, report: &mut OptionReport) {
+    let set = socket.set_tcp_quickack(true);
+    report.quickack = set.is_ok();
+    report.record(SocketOption::QuickAck, set);
+}
+
+#[cfg(not(any(target_os = "android", target_os = "fuchsia", target_os = "linux")))]
+fn set_quickack(_: &Socket, report: &mut OptionReport) {
+    report.unsupported(SocketOption::QuickAck);
+}
+
+#[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
+fn rearm_quickack(socket: &Socket) {
+    // Applied at connect, so a failure now has nothing new to report.
+    let _ = socket.set_tcp_quickack(true);
+}
+
+#[cfg(not(any(target_os = "android", target_os = "fuchsia", target_os = "linux")))]
+fn rearm_quickack(_: &Socket) {}
+
+#[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
+fn read_quickack(socket: &Socket) -> Option<bool> {
+    socket.tcp_quickack().ok()
+}
+
+#[cfg(not(any(target_os = "android", target_os = "fuchsia", target_os = "linux")))]
+fn read_quickack(_: &Socket) -> Option<bool> {
+    None
 }
 
 /// The options of a live socket, read back with `getsockopt`.
@@ -217,6 +256,8 @@ pub struct SocketReadback {
     pub send_buffer_size: Option<usize>,
     /// `SO_RCVBUF` (Linux reports twice the requested size).
     pub recv_buffer_size: Option<usize>,
+    /// `TCP_QUICKACK` (Linux): whether the socket is in quick-ACK mode now.
+    pub quickack: Option<bool>,
 }
 
 fn read_back(socket: &SockRef<'_>) -> SocketReadback {
@@ -229,6 +270,7 @@ fn read_back(socket: &SockRef<'_>) -> SocketReadback {
         user_timeout: read_user_timeout(socket),
         send_buffer_size: socket.send_buffer_size().ok(),
         recv_buffer_size: socket.recv_buffer_size().ok(),
+        quickack: read_quickack(socket),
     }
 }
 
@@ -237,6 +279,8 @@ fn read_back(socket: &SockRef<'_>) -> SocketReadback {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OptionReport {
     unapplied: Vec<Unapplied>,
+    /// `TCP_QUICKACK` was asked for and applied: the driver sets it again after every read.
+    quickack: bool,
 }
 
 impl OptionReport {
@@ -248,6 +292,12 @@ impl OptionReport {
     /// The options that were not applied, in the order they were tried.
     pub fn unapplied(&self) -> &[Unapplied] {
         &self.unapplied
+    }
+
+    /// Whether `TCP_QUICKACK` was asked for and applied, so that it is set again after every
+    /// read.
+    pub(crate) fn quickack(&self) -> bool {
+        self.quickack
     }
 
     fn record(&mut self, option: SocketOption, result: io::Result<()>) {
@@ -322,6 +372,8 @@ pub enum SocketOption {
     SendBuffer,
     /// `SO_RCVBUF`.
     RecvBuffer,
+    /// `TCP_QUICKACK`.
+    QuickAck,
 }
 
 /// Why an option was not applied.
@@ -598,11 +650,20 @@ mod tests {
         let socket = SocketRef::new(&stream);
         let report = apply_options(&socket, &options());
         assert!(report.is_empty(), "{report}");
+        assert!(!report.quickack(), "off by default");
         let back = socket.read_back();
         assert_eq!(back.nodelay, Some(true));
         assert_eq!(back.keepalive_idle, Some(Duration::from_secs(7)));
         assert_eq!(back.keepalive_retries, Some(4));
         assert_eq!(back.user_timeout, Some(Duration::from_millis(1500)));
+
+        let mut quick = options();
+        quick.quickack = true;
+        let report = apply_options(&socket, &quick);
+        assert!(report.is_empty() && report.quickack(), "{report}");
+        assert_eq!(socket.read_back().quickack, Some(true));
+        socket.rearm_quickack();
+        assert_eq!(socket.read_back().quickack, Some(true));
     }
 
     /// Options a socket refuses are each reported with the kernel's error, in the order
@@ -614,6 +675,7 @@ mod tests {
         let mut options = options();
         options.send_buffer_size = None;
         options.recv_buffer_size = None;
+        options.quickack = true;
         let report = apply_options(&SocketRef::new(&udp), &options);
         let refused: Vec<SocketOption> = report.unapplied().iter().map(|u| u.option).collect();
         assert_eq!(
@@ -621,10 +683,12 @@ mod tests {
             [
                 SocketOption::NoDelay,
                 SocketOption::Keepalive,
-                SocketOption::UserTimeout
+                SocketOption::UserTimeout,
+                SocketOption::QuickAck
             ],
             "{report}"
         );
+        assert!(!report.quickack(), "not set again after reads when refused");
         assert!(
             report
                 .unapplied()
@@ -633,7 +697,7 @@ mod tests {
             "{report}"
         );
         let text = report.to_string();
-        assert_eq!(text.matches("; ").count(), 2, "{text}");
+        assert_eq!(text.matches("; ").count(), 3, "{text}");
         assert!(
             text.starts_with("NoDelay not applied") && text.contains("; UserTimeout not applied"),
             "{text}"

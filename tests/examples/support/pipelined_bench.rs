@@ -51,6 +51,10 @@ pub(crate) trait Workload: Send + Sync + 'static {
     fn read(&self, i: usize) -> Bytes;
     /// Whether `answer` is key `i`'s value.
     fn is_value(&self, answer: &Bytes, i: usize) -> bool;
+    /// Changes to keepwire's default configuration, if any.
+    fn configure(&self, config: &mut Config) {
+        let _ = config;
+    }
 }
 
 /// Key `i`'s name.
@@ -158,7 +162,9 @@ async fn run<W: Workload>(
 ) -> Result<f64, Box<dyn Error>> {
     let client = match kind {
         Kind::Keepwire => {
-            let client = keepwire_tokio::client(Config::default())
+            let mut config = Config::default();
+            workload.configure(&mut config);
+            let client = keepwire_tokio::client(config)
                 .node(addr)
                 .codec(workload.codec())
                 .build()?;

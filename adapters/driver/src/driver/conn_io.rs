@@ -143,6 +143,8 @@ pub(super) struct OpenConn {
     sizing: Sizing,
     /// The waker its stream is read with, and whether it woke since the last read.
     read_wake: ReadWake,
+    /// `TCP_QUICKACK` is on: set again after every read that returned bytes.
+    quickack: bool,
 }
 
 impl OpenConn {
@@ -155,6 +157,7 @@ impl OpenConn {
     ) -> Self {
         Self {
             stream,
+            quickack: report.quickack(),
             report,
             inbound: BytesMut::new(),
             decoder,
@@ -410,6 +413,9 @@ impl Driver {
                     return true;
                 }
                 Ok(_) => {
+                    if open.quickack {
+                        open.stream.socket().rearm_quickack();
+                    }
                     self.telemetry.touched(conn.node());
                     if self.decode(now, conn, &mut slice) != Decoding::Drained {
                         return true;
