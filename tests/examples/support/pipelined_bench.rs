@@ -14,18 +14,17 @@
 //! slots to a reader task that cuts answers and fills the slots; each call is wrapped in
 //! `tokio::time::timeout`. For an in-order protocol the writer sends the requests' bytes as
 //! they are and passes the slots in order; for one with ids it frames each request with the
-//! codec and the next id not in use, and passes (id, slot), which the reader keeps in a map
-//! until the answer with that id comes. Both clients frame and cut with the same codec, so what
+//! codec and the next id of a wrapping counter, and passes (id, slot), which the reader keeps
+//! in a map until the answer with that id comes. Both clients frame and cut with the same codec, so what
 //! differs is keepwire: its deadlines, watermarks, write timeout, failure detection and the
 //! outcome of every request.
 
+use std::collections::HashMap;
 use std::error::Error;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-use std::collections::HashMap;
 
 use bytes::{Bytes, BytesMut};
 use keepwire_tokio::{Codec, Config, Correlation, Decoded, Target};
@@ -233,8 +232,7 @@ impl Handwritten {
             Correlation::ById { bits } => Some(u64::MAX >> (64 - bits)),
             _ => None,
         };
-        let codec = Arc::new(codec);
-        let framing = Arc::clone(&codec);
+        let mut decoder = codec.decoder();
         tokio::spawn(async move {
             let mut out = BytesMut::with_capacity(64 * 1024);
             let mut next = 0u64;
@@ -249,7 +247,7 @@ impl Handwritten {
                         Some(max) => {
                             let id = next;
                             next = if next == max { 0 } else { next + 1 };
-                            if framing.encode(&request, Some(id), &mut out).is_err() {
+                            if codec.encode(&request, Some(id), &mut out).is_err() {
                                 continue; // the caller's slot drops: "connection lost"
                             }
                             Some(id)
@@ -263,7 +261,6 @@ impl Handwritten {
                 out.clear();
             }
         });
-        let mut decoder = codec.decoder();
         tokio::spawn(async move {
             let mut buf = BytesMut::with_capacity(64 * 1024);
             let mut by_id: HashMap<u64, oneshot::Sender<Bytes>> = HashMap::new();
