@@ -4,8 +4,9 @@
 //! is overtaken by fast ones on one connection; 64 tasks pipeline thousands of names, some
 //! answered by the resolver, some by its upstream; a query past its deadline keeps its id
 //! until its late answer arrives and is dropped; a resolver killed with queries in flight
-//! ends them with a typed outcome, its restart answering the next; and heartbeats keep a
-//! connection that the resolver would close for idleness.
+//! ends them with a typed outcome, its restart answering the next; heartbeats keep a
+//! connection that the resolver would close for idleness, and find one that hangs; and
+//! `TCP_QUICKACK` frees the answers Unbound holds behind Nagle's algorithm.
 //!
 //! The resolver is the test binary's own process (`keepwire_tests::servers::UnboundServer`),
 //! and so is its upstream, a UDP server on loopback: no query leaves the machine. One is
@@ -16,12 +17,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keepwire_driver::{Client, ClientBuilder, NodeId, Runtime, SendError, Sent};
-use keepwire_proto::{CloseReason, Failure, Phase};
+use keepwire_proto::{CloseReason, Event, Failure, NodeState, Phase, Reason};
 use keepwire_tests::dns::{self, resolve};
 use keepwire_tests::protocols::dns::{self as wire, CH, Dns, TXT};
-use keepwire_tests::servers::{LOCAL_TEXT, LOCAL_ZONE, Shared, UnboundServer};
+use keepwire_tests::servers::{LOCAL_TEXT, LOCAL_ZONE, Shared, Signal, UnboundServer};
 use keepwire_tests::{
     bounded, closed_by_peer, runtime_name, sleep, spawn, test_config, test_on_every_runtime,
+    wait_for,
 };
 
 static SERVER: Shared<UnboundServer> = Shared::new();
@@ -337,6 +339,77 @@ async fn heartbeats_outlast_the_resolvers_idle_timeout(runtime: Arc<dyn Runtime>
     .await;
 }
 
+/// A resolver that hangs (SIGSTOP) under an idle connection: the kernel still accepts the
+/// pings, but nothing answers them. The ping sent after 300 ms of idleness misses its 500 ms
+/// deadline and closes the connection as a heartbeat timeout, before any query pays for it;
+/// once the resolver goes on (SIGCONT), the next query is answered on a new connection.
+async fn a_hung_resolver_is_found_by_the_heartbeat(runtime: Arc<dyn Runtime>) {
+    let (interval, timeout) = (Duration::from_millis(300), Duration::from_millis(500));
+    let server = UnboundServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let name = runtime_name(&*runtime);
+    bounded(&*runtime, Duration::from_secs(15), "hung resolver", async {
+        let ping = wire::query_in("id.server", TXT, CH).unwrap();
+        let client = ClientBuilder::new(test_config())
+            .node(server.addr())
+            .codec(Dns::new().with_heartbeat(ping))
+            .heartbeat(interval, timeout)
+            .build(Arc::clone(&runtime))
+            .unwrap();
+        let node = client.initial_nodes()[0];
+        let mut events = client.subscribe();
+        let warm = format!("warm-hung-{name}.{LOCAL_ZONE}");
+        assert_eq!(
+            resolve(&client, &warm, PATIENT).await.as_deref(),
+            Ok(LOCAL_TEXT)
+        );
+        let before = client.node_info(node).await.unwrap().conn;
+        let quiet_since = Instant::now();
+        server.signal(Signal::Stop);
+
+        wait_for(
+            &*runtime,
+            &mut events,
+            Duration::from_secs(5),
+            "a heartbeat timeout",
+            |e| match e {
+                Event::StateChanged {
+                    from: NodeState::Ready,
+                    reason: Reason::Closed(CloseReason::HeartbeatTimeout),
+                    ..
+                } => Some(()),
+                _ => None,
+            },
+        )
+        .await;
+        let detected = quiet_since.elapsed();
+        server.signal(Signal::Continue);
+        assert!(
+            detected >= interval + timeout - Duration::from_millis(50)
+                && detected < interval + timeout + Duration::from_secs(1),
+            "found after {detected:?}"
+        );
+        let counters = client.counters().await.unwrap();
+        assert_eq!(counters.heartbeat_timeouts, 1, "{counters:?}");
+
+        let again = format!("after-hung-{name}.{LOCAL_ZONE}");
+        assert_eq!(
+            resolve(&client, &again, PATIENT).await.as_deref(),
+            Ok(LOCAL_TEXT)
+        );
+        assert_ne!(
+            client.node_info(node).await.unwrap().conn,
+            before,
+            "a new connection"
+        );
+        println!(
+            "[dns SIGSTOP under an idle connection, {name}] heartbeat 300 ms + 500 ms found it \
+             after {detected:.2?}"
+        );
+        client.shutdown().await;
+    })
+    .await;
+}
+
 /// The overtaken case again with `TCP_QUICKACK` on. Unbound leaves Nagle's algorithm on, so
 /// of 16 answers written at once the last few wait for the client's ACK, which the kernel
 /// delays by 40 ms at least (the first test's 16 answers take 43–46 ms). With quick ACKs
@@ -384,4 +457,5 @@ test_on_every_runtime!(
     a_killed_resolver_ends_its_queries_and_its_restart_answers,
     heartbeats_outlast_the_resolvers_idle_timeout,
     quick_acks_free_answers_held_behind_nagle,
+    a_hung_resolver_is_found_by_the_heartbeat,
 );
