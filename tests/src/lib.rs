@@ -276,6 +276,20 @@ pub async fn closed_by_peer(
     .await
 }
 
+/// Waits, at most `limit`, for a ready connection to be closed because a heartbeat ping went
+/// unanswered past its deadline.
+pub async fn heartbeat_timed_out(runtime: &dyn Runtime, events: &mut Events, limit: Duration) {
+    wait_for(runtime, events, limit, "a heartbeat timeout", |e| match e {
+        Event::StateChanged {
+            from: NodeState::Ready,
+            reason: Reason::Closed(CloseReason::HeartbeatTimeout),
+            ..
+        } => Some(()),
+        _ => None,
+    })
+    .await;
+}
+
 /// A configuration with the short timeouts the real-socket tests use: setup 300 ms (doubling
 /// to 1.2 s), reconnect backoff 100 ms (doubling to 800 ms), no jitter, keepalive and
 /// TCP_USER_TIMEOUT off, write timeout 500 ms. Tests change what they exercise.

@@ -17,13 +17,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keepwire_driver::{Client, ClientBuilder, NodeId, Runtime, SendError, Sent};
-use keepwire_proto::{CloseReason, Event, Failure, NodeState, Phase, Reason};
+use keepwire_proto::{CloseReason, Failure, Phase};
 use keepwire_tests::dns::{self, resolve};
 use keepwire_tests::protocols::dns::{self as wire, CH, Dns, TXT};
 use keepwire_tests::servers::{LOCAL_TEXT, LOCAL_ZONE, Shared, Signal, UnboundServer};
 use keepwire_tests::{
-    bounded, closed_by_peer, runtime_name, sleep, spawn, test_config, test_on_every_runtime,
-    wait_for,
+    bounded, closed_by_peer, heartbeat_timed_out, runtime_name, sleep, spawn, test_config,
+    test_on_every_runtime,
 };
 
 static SERVER: Shared<UnboundServer> = Shared::new();
@@ -366,21 +366,7 @@ async fn a_hung_resolver_is_found_by_the_heartbeat(runtime: Arc<dyn Runtime>) {
         let quiet_since = Instant::now();
         server.signal(Signal::Stop);
 
-        wait_for(
-            &*runtime,
-            &mut events,
-            Duration::from_secs(5),
-            "a heartbeat timeout",
-            |e| match e {
-                Event::StateChanged {
-                    from: NodeState::Ready,
-                    reason: Reason::Closed(CloseReason::HeartbeatTimeout),
-                    ..
-                } => Some(()),
-                _ => None,
-            },
-        )
-        .await;
+        heartbeat_timed_out(&*runtime, &mut events, Duration::from_secs(5)).await;
         let detected = quiet_since.elapsed();
         server.signal(Signal::Continue);
         assert!(

@@ -13,14 +13,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keepwire_driver::{Client, ClientBuilder, Events, NodeId, Runtime, SendError, Target};
-use keepwire_proto::{CloseReason, Event, NodeState, Phase, Reason};
+use keepwire_proto::Phase;
 use keepwire_tests::peers::{Behaviour, Peer};
 use keepwire_tests::pg::{query, value};
 use keepwire_tests::protocols::memcached::{self, Memcached, Reply};
 use keepwire_tests::protocols::postgres::{Postgres, Startup};
 use keepwire_tests::servers::{MemcachedServer, PostgresServer, Shared, Signal};
 use keepwire_tests::{
-    Ledger, bounded, runtime_name, sleep, test_config, test_on_every_runtime, wait_for,
+    Ledger, bounded, heartbeat_timed_out, runtime_name, sleep, test_config, test_on_every_runtime,
 };
 
 /// Prints one measurement and asserts `low <= took < high`.
@@ -45,19 +45,6 @@ fn with_heartbeat(
     let events = client.subscribe();
     let node = client.initial_nodes()[0];
     (client, node, events)
-}
-
-/// Waits for the connection to close with `HeartbeatTimeout`.
-async fn heartbeat_timeout(runtime: &dyn Runtime, events: &mut Events, limit: Duration) {
-    wait_for(runtime, events, limit, "a heartbeat timeout", |e| match e {
-        Event::StateChanged {
-            from: NodeState::Ready,
-            reason: Reason::Closed(CloseReason::HeartbeatTimeout),
-            ..
-        } => Some(()),
-        _ => None,
-    })
-    .await;
 }
 
 /// An idle connection to an echoing peer (built-in codec, ids): pinged every 100 ms, every
@@ -115,7 +102,7 @@ async fn a_stalled_peer_is_found_by_the_heartbeat(runtime: Arc<dyn Runtime>) {
     assert_eq!(warm.result.as_deref(), Ok(&b"warm"[..]));
     let quiet_since = Instant::now();
     peer.stall();
-    heartbeat_timeout(&*runtime, &mut events, Duration::from_secs(3)).await;
+    heartbeat_timed_out(&*runtime, &mut events, Duration::from_secs(3)).await;
     window(
         "stalled peer, idle connection, heartbeat 400 ms + 300 ms",
         on,
@@ -189,7 +176,7 @@ async fn a_stopped_memcached_is_found_by_the_heartbeat(runtime: Arc<dyn Runtime>
         let quiet_since = Instant::now();
         let stopped = Stopped::new(&mut server);
 
-        heartbeat_timeout(&*runtime, &mut events, Duration::from_secs(5)).await;
+        heartbeat_timed_out(&*runtime, &mut events, Duration::from_secs(5)).await;
         let detected = quiet_since.elapsed();
         window(
             "SIGSTOPped memcached, idle connection, heartbeat 1 s + 500 ms",
