@@ -36,6 +36,14 @@ pub async fn resolve(client: &Client, name: &str, timeout: Duration) -> Result<S
     }
 }
 
+/// Resolves `label` in the resolver's own zone (`{label}.fast.kw`) and asserts its answer;
+/// panics on any failure.
+pub async fn resolve_local(client: &Client, label: &str) {
+    let name = format!("{label}.{LOCAL_ZONE}");
+    let text = resolve(client, &name, Duration::from_secs(5)).await;
+    assert_eq!(text.as_deref(), Ok(LOCAL_TEXT), "{name}");
+}
+
 /// The text the resolver answers `name` with: the name itself from the upstream, the local
 /// zone's text under it.
 pub fn expected_text(name: &str) -> &str {

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use keepwire_driver::{Client, ClientBuilder, NodeId, Runtime, SendError, Sent};
 use keepwire_proto::{CloseReason, Failure, Phase};
-use keepwire_tests::dns::{self, resolve};
+use keepwire_tests::dns::{self, resolve, resolve_local};
 use keepwire_tests::protocols::dns::{self as wire, CH, Dns, TXT};
 use keepwire_tests::servers::{LOCAL_TEXT, LOCAL_ZONE, Shared, Signal, UnboundServer};
 use keepwire_tests::{
@@ -54,11 +54,7 @@ async fn a_slow_answer_is_overtaken_on_one_connection(runtime: Arc<dyn Runtime>)
     let name = runtime_name(&*runtime);
     bounded(&*runtime, Duration::from_secs(20), "overtaken", async {
         let (client, _) = client(&runtime, &server);
-        let warm = format!("warm-{name}.{LOCAL_ZONE}");
-        assert_eq!(
-            resolve(&client, &warm, PATIENT).await.as_deref(),
-            Ok(LOCAL_TEXT)
-        );
+        resolve_local(&client, &format!("warm-{name}")).await;
         let delay = Duration::from_millis(400);
         let seen = dns::overtaken(&runtime, &client, delay, 16, name).await;
         let counters = client.counters().await.unwrap();
@@ -86,11 +82,7 @@ async fn many_tasks_get_their_own_answers(runtime: Arc<dyn Runtime>) {
         "64 × 100 names",
         async {
             let (client, _) = client(&runtime, &server);
-            let warm = format!("warm-many-{name}.{LOCAL_ZONE}");
-            assert_eq!(
-                resolve(&client, &warm, PATIENT).await.as_deref(),
-                Ok(LOCAL_TEXT)
-            );
+            resolve_local(&client, &format!("warm-many-{name}")).await;
             let upstream_before = server.upstream_queries();
             let took = dns::pipelined(&runtime, &client, TASKS, REQUESTS, name).await;
             let forwarded = server.upstream_queries() - upstream_before;
@@ -120,11 +112,7 @@ async fn a_query_past_its_deadline_keeps_its_id_until_its_late_answer(runtime: A
     let name = runtime_name(&*runtime);
     bounded(&*runtime, Duration::from_secs(20), "late answers", async {
         let (client, node) = client(&runtime, &server);
-        let warm = format!("warm-late-{name}.{LOCAL_ZONE}");
-        assert_eq!(
-            resolve(&client, &warm, PATIENT).await.as_deref(),
-            Ok(LOCAL_TEXT)
-        );
+        resolve_local(&client, &format!("warm-late-{name}")).await;
         let started = Instant::now();
         let late: Vec<_> = (0..LATE)
             .map(|i| {
@@ -137,11 +125,7 @@ async fn a_query_past_its_deadline_keeps_its_id_until_its_late_answer(runtime: A
             })
             .collect();
         for i in 0..8 {
-            let local = format!("beside{i}-{name}.{LOCAL_ZONE}");
-            assert_eq!(
-                resolve(&client, &local, PATIENT).await.as_deref(),
-                Ok(LOCAL_TEXT)
-            );
+            resolve_local(&client, &format!("beside{i}-{name}")).await;
         }
         for task in late {
             let (query, outcome, at) = task.join().await;
@@ -170,11 +154,7 @@ async fn a_query_past_its_deadline_keeps_its_id_until_its_late_answer(runtime: A
         }
         let dropped_at = started.elapsed();
         assert_eq!(client.node_info(node).await.unwrap().in_flight, 0);
-        let after = format!("after-{name}.{LOCAL_ZONE}");
-        assert_eq!(
-            resolve(&client, &after, PATIENT).await.as_deref(),
-            Ok(LOCAL_TEXT)
-        );
+        resolve_local(&client, &format!("after-{name}")).await;
         let counters = client.counters().await.unwrap();
         assert_eq!(counters.request_timeouts, LATE as u64, "{counters:?}");
         assert_eq!(
@@ -198,8 +178,7 @@ async fn a_killed_resolver_ends_its_queries_and_its_restart_answers(runtime: Arc
     let name = runtime_name(&*runtime);
     bounded(&*runtime, Duration::from_secs(20), "killed resolver", async {
         let (client, node) = client(&runtime, &server);
-        let warm = format!("warm-kill-{name}.{LOCAL_ZONE}");
-        assert_eq!(resolve(&client, &warm, PATIENT).await.as_deref(), Ok(LOCAL_TEXT));
+        resolve_local(&client, &format!("warm-kill-{name}")).await;
         let before = client.node_info(node).await.unwrap().conn;
         let waiting = {
             let client = client.clone();
@@ -276,18 +255,10 @@ async fn heartbeats_outlast_the_resolvers_idle_timeout(runtime: Arc<dyn Runtime>
         let (kept, kept_node) = build(Dns::new().with_heartbeat(ping), true);
         let (plain, plain_node) = build(Dns::new(), false);
         let mut plain_events = plain.subscribe();
-        let warm = format!("kept-{name}.{LOCAL_ZONE}");
-        assert_eq!(
-            resolve(&kept, &warm, PATIENT).await.as_deref(),
-            Ok(LOCAL_TEXT)
-        );
+        resolve_local(&kept, &format!("kept-{name}")).await;
         // The resolver's idle time starts once it has read this query: after `idle`.
         let idle = Instant::now();
-        let warm = format!("plain-{name}.{LOCAL_ZONE}");
-        assert_eq!(
-            resolve(&plain, &warm, PATIENT).await.as_deref(),
-            Ok(LOCAL_TEXT)
-        );
+        resolve_local(&plain, &format!("plain-{name}")).await;
         let kept_conn = kept.node_info(kept_node).await.unwrap().conn;
         let plain_conn = plain.node_info(plain_node).await.unwrap().conn;
 
@@ -302,11 +273,7 @@ async fn heartbeats_outlast_the_resolvers_idle_timeout(runtime: Arc<dyn Runtime>
         let rest = Duration::from_millis(3500).saturating_sub(idle.elapsed());
         sleep(&*runtime, rest).await;
 
-        let again = format!("kept-again-{name}.{LOCAL_ZONE}");
-        assert_eq!(
-            resolve(&kept, &again, PATIENT).await.as_deref(),
-            Ok(LOCAL_TEXT)
-        );
+        resolve_local(&kept, &format!("kept-again-{name}")).await;
         assert_eq!(
             kept.node_info(kept_node).await.unwrap().conn,
             kept_conn,
@@ -317,11 +284,7 @@ async fn heartbeats_outlast_the_resolvers_idle_timeout(runtime: Arc<dyn Runtime>
         assert_eq!(kept_counters.reconnects, 0, "{kept_counters:?}");
         assert_eq!(kept_counters.heartbeat_timeouts, 0, "{kept_counters:?}");
 
-        let again = format!("plain-again-{name}.{LOCAL_ZONE}");
-        assert_eq!(
-            resolve(&plain, &again, PATIENT).await.as_deref(),
-            Ok(LOCAL_TEXT)
-        );
+        resolve_local(&plain, &format!("plain-again-{name}")).await;
         assert_ne!(
             plain.node_info(plain_node).await.unwrap().conn,
             plain_conn,
@@ -357,11 +320,7 @@ async fn a_hung_resolver_is_found_by_the_heartbeat(runtime: Arc<dyn Runtime>) {
             .unwrap();
         let node = client.initial_nodes()[0];
         let mut events = client.subscribe();
-        let warm = format!("warm-hung-{name}.{LOCAL_ZONE}");
-        assert_eq!(
-            resolve(&client, &warm, PATIENT).await.as_deref(),
-            Ok(LOCAL_TEXT)
-        );
+        resolve_local(&client, &format!("warm-hung-{name}")).await;
         let before = client.node_info(node).await.unwrap().conn;
         let quiet_since = Instant::now();
         server.signal(Signal::Stop);
@@ -377,11 +336,7 @@ async fn a_hung_resolver_is_found_by_the_heartbeat(runtime: Arc<dyn Runtime>) {
         let counters = client.counters().await.unwrap();
         assert_eq!(counters.heartbeat_timeouts, 1, "{counters:?}");
 
-        let again = format!("after-hung-{name}.{LOCAL_ZONE}");
-        assert_eq!(
-            resolve(&client, &again, PATIENT).await.as_deref(),
-            Ok(LOCAL_TEXT)
-        );
+        resolve_local(&client, &format!("after-hung-{name}")).await;
         assert_ne!(
             client.node_info(node).await.unwrap().conn,
             before,
@@ -413,11 +368,7 @@ async fn quick_acks_free_answers_held_behind_nagle(runtime: Arc<dyn Runtime>) {
             .codec(Dns::new())
             .build(Arc::clone(&runtime))
             .unwrap();
-        let warm = format!("warm-quick-{name}.{LOCAL_ZONE}");
-        assert_eq!(
-            resolve(&client, &warm, PATIENT).await.as_deref(),
-            Ok(LOCAL_TEXT)
-        );
+        resolve_local(&client, &format!("warm-quick-{name}")).await;
         let mut tries = Vec::new();
         for attempt in 0..3 {
             let tag = format!("quick{attempt}-{name}");
