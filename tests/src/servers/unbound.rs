@@ -9,8 +9,8 @@
 //!
 //! So the queries of one connection come back in the order their answers are ready, not the
 //! order they were asked in: a resolver's ordinary out-of-order answering (RFC 7766 §6.2.1.1).
-//! Unbound is told to wait up to 1.5 s for its upstream before it asks again, so delays below
-//! that are answered once.
+//! Unbound is set to give its upstream at least 1.5 s before it asks again
+//! (`unknown-server-time-limit`, `infra-cache-min-rtt`); the tests' delays stay below that.
 
 use std::fs;
 use std::io::{self, Read, Write};
@@ -44,8 +44,6 @@ pub struct UnboundServer {
     port: u16,
     tls_port: Option<u16>,
     dir: PathBuf,
-    /// What identifies this process when asked `id.server`.
-    identity: String,
     /// `tcp-idle-timeout`, if not the default.
     idle_timeout: Option<Duration>,
     upstream: Upstream,
@@ -79,7 +77,6 @@ impl UnboundServer {
             process: None,
             port: 0,
             tls_port: None,
-            identity: format!("keepwire-{}", dir.display()),
             dir,
             idle_timeout,
             upstream: Upstream::start()?,
@@ -111,7 +108,7 @@ impl UnboundServer {
             .map_err(|e| ServerError::new(format!("write {config:?}: {e}")))?;
         let mut command = Command::new(program);
         command.arg("-d").arg("-c").arg(&config);
-        let (addr, identity, pidfile) = (self.addr(), self.identity.clone(), self.pidfile());
+        let (addr, identity, pidfile) = (self.addr(), self.identity(), self.pidfile());
         let log = self.dir.join("log");
         self.process = Some(spawn_answering(&mut command, "unbound", &log, || {
             let answer = ask(
@@ -132,6 +129,11 @@ impl UnboundServer {
         Ok(())
     }
 
+    /// What identifies this process when asked `id.server`: its directory is its own.
+    fn identity(&self) -> String {
+        format!("keepwire-{}", self.dir.display())
+    }
+
     fn pidfile(&self) -> PathBuf {
         self.dir.join("unbound.pid")
     }
@@ -143,7 +145,7 @@ impl UnboundServer {
             format!("port: {}", self.port),
             format!("directory: \"{dir}\""),
             format!("pidfile: \"{}\"", self.pidfile().display()),
-            format!("identity: \"{}\"", self.identity),
+            format!("identity: \"{}\"", self.identity()),
             // Its own process, as the test's user, in the foreground, logging to stderr.
             "username: \"\"".into(),
             "chroot: \"\"".into(),

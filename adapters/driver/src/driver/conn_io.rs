@@ -143,8 +143,6 @@ pub(super) struct OpenConn {
     sizing: Sizing,
     /// The waker its stream is read with, and whether it woke since the last read.
     read_wake: ReadWake,
-    /// `TCP_QUICKACK` is on: set again after every read that returned bytes.
-    quickack: bool,
 }
 
 impl OpenConn {
@@ -157,7 +155,6 @@ impl OpenConn {
     ) -> Self {
         Self {
             stream,
-            quickack: report.quickack(),
             report,
             inbound: BytesMut::new(),
             decoder,
@@ -413,7 +410,7 @@ impl Driver {
                     return true;
                 }
                 Ok(_) => {
-                    if open.quickack {
+                    if open.report.quickack() {
                         open.stream.socket().rearm_quickack();
                     }
                     self.telemetry.touched(conn.node());
