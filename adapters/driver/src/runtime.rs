@@ -333,7 +333,8 @@ pub trait IoStream: Send + fmt::Debug + 'static {
     /// Writes from `bufs` in order, in one system call where the stream can (`writev`),
     /// returning how many bytes the kernel accepted across them.
     ///
-    /// The driver hands a connection's queued frames out in one call, so a native vectored
+    /// The driver hands a connection's queued frames out in one call (a hand-out of small
+    /// frames as one slice of their copies, larger frames a slice each), so a native vectored
     /// write saves a syscall per frame. The default writes the first non-empty slice with
     /// [`poll_write`](Self::poll_write), as `std::io::Write::write_vectored` does: correct,
     /// but one syscall per frame. Every runtime crate of keepwire overrides it.
