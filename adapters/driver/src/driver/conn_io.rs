@@ -552,8 +552,9 @@ const JOIN_AT_MOST: usize = 2048;
 
 /// Fills `slices` with the frames of a hand-out of `total` bytes, in order, for one vectored
 /// write: when there are several and none is longer than [`JOIN_AT_MOST`], one slice of their
-/// copies side by side in `joined` (one buffer for the driver, which keeps the largest such
-/// hand-out's size: at most the write cap, [`MAX_BATCH`]); otherwise a slice per frame.
+/// copies side by side in `joined` (one buffer for the driver, which keeps the size of the
+/// largest such hand-out: about the write cap, [`MAX_BATCH`], at most); otherwise a slice per
+/// frame.
 ///
 /// The kernel copies a `writev`'s slices in one by one, at a cost per slice: 32 frames of 76
 /// bytes took 0.8–1.3 µs more as 32 slices than as one slice of their copies, 22–42 ns per
