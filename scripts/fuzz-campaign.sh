@@ -45,5 +45,10 @@ for target in $targets; do
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
   corpus=$(ls "fuzz/corpus/$target" | wc -l)
-  echo "| $date | $target | ${seconds} s | ${execs:-?} | ${rate:-?}/s | ${cov:-?} | $corpus |" | tee -a FUZZING.md
+  row="| $date | $target | ${seconds} s | ${execs:-?} | ${rate:-?}/s | ${cov:-?} | $corpus |"
+  echo "$row"
+  # Into the campaigns table, after its last row (the file goes on after the table).
+  last=$(grep -n '^| [0-9][0-9][0-9][0-9]-' FUZZING.md | tail -n 1 | cut -d: -f1)
+  awk -v at="$last" -v row="$row" '{ print } NR == at { print row }' FUZZING.md > FUZZING.md.new
+  mv FUZZING.md.new FUZZING.md
 done
