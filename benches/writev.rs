@@ -15,6 +15,9 @@
 #![allow(unsafe_code)] // getrusage, and nothing else
 #![allow(clippy::print_stdout)]
 
+#[path = "support/cpu.rs"]
+mod cpu;
+
 use std::io::{IoSlice, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
@@ -108,14 +111,5 @@ fn write_all_vectored(stream: &mut TcpStream, slices: &[IoSlice<'_>]) {
 
 /// This thread's user and system time so far.
 fn thread_cpu() -> Duration {
-    // SAFETY: `getrusage` fills the struct it is given; an all-zero `rusage` is valid.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_THREAD, &mut usage);
-        usage
-    };
-    let time = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
-    };
-    time(usage.ru_utime) + time(usage.ru_stime)
+    cpu::cpu_time(libc::RUSAGE_THREAD)
 }

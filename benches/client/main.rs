@@ -35,7 +35,7 @@
 //! clients=A,B,C rounds=5 ms=400 idle=0`. The same keys are read from `KEEPWIRE_BENCH_<KEY>`
 //! (e.g. `KEEPWIRE_BENCH_ROUNDS=9`).
 #![allow(missing_docs)]
-#![allow(unsafe_code)] // the counting allocator (support/counting.rs), and nothing else
+#![allow(unsafe_code)] // the counting allocator and getrusage (the two support modules), and nothing else
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::collections::HashMap;
@@ -52,6 +52,8 @@ use keepwire_tokio::{Config, Target};
 
 #[path = "../../proto/benches/support/counting.rs"]
 mod counting;
+#[path = "../support/cpu.rs"]
+mod cpu;
 
 mod echo;
 mod hand;
@@ -411,16 +413,7 @@ async fn measure(caller: &impl Caller, exec: &impl Exec, cell: Cell, phase: Dura
 
 /// User and system time of the whole process so far.
 fn process_cpu() -> Duration {
-    // SAFETY: `getrusage` fills the struct it is given; an all-zero `rusage` is valid.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let time = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
-    };
-    time(usage.ru_utime) + time(usage.ru_stime)
+    cpu::cpu_time(libc::RUSAGE_SELF)
 }
 
 async fn load(

@@ -545,10 +545,10 @@ impl Driver {
 }
 
 /// Frames up to this long are copied into one slice when every frame of a hand-out is
-/// ([`gather`]). Past it a frame's copy costs more than its slice saves (2 KiB frames saved
-/// 42–55 ns each, 4 KiB frames lost 41–72 ns: `cargo bench -p keepwire-benches --bench
-/// writev`).
-const JOIN_AT_MOST: usize = 2048;
+/// ([`gather`]). Up to it joining paid in every run (1 KiB frames saved 25–99 ns each); at
+/// 2 KiB it came out about even (−11 to +47 ns), and 4 KiB frames lost 41–129 ns each
+/// (`cargo bench -p keepwire-benches --bench writev`, four runs).
+const JOIN_AT_MOST: usize = 1024;
 
 /// Fills `slices` with the frames of a hand-out of `total` bytes, in order, for one vectored
 /// write: when there are several and none is longer than [`JOIN_AT_MOST`], one slice of their
