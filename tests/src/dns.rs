@@ -9,7 +9,7 @@ use keepwire_driver::{Client, Runtime, SendError, Target};
 
 use crate::protocols::dns::{self, Data, Message, TXT};
 use crate::servers::{LOCAL_TEXT, LOCAL_ZONE};
-use crate::spawn;
+use crate::{OneConnection, spawn};
 
 /// Asks the client's one node for `name`'s TXT record within `timeout`. An answer is checked
 /// to be for `name` (its question) and to be a success with one TXT record, whose text it
@@ -74,8 +74,7 @@ pub async fn overtaken(
     tag: &str,
 ) -> Overtaken {
     let node = client.initial_nodes()[0];
-    let conn = client.node_info(node).await.unwrap().conn;
-    assert!(conn.is_some(), "connected before the slow query");
+    let conn = OneConnection::now(client).await;
     let started = Instant::now();
     let slow_name = format!("d{}.slow-{tag}.up", delay.as_millis());
     let slow = {
@@ -110,11 +109,7 @@ pub async fn overtaken(
         last_fast < slow_at && last_fast < delay,
         "the last fast answer came after {last_fast:?}, the slow one after {slow_at:?}"
     );
-    assert_eq!(
-        client.node_info(node).await.unwrap().conn,
-        conn,
-        "one connection"
-    );
+    conn.held(client).await;
     Overtaken {
         fast: last_fast,
         slow: slow_at,
@@ -131,9 +126,7 @@ pub async fn pipelined(
     requests: usize,
     tag: &str,
 ) -> Duration {
-    let node = client.initial_nodes()[0];
-    let conn = client.node_info(node).await.unwrap().conn;
-    assert!(conn.is_some(), "connected before the tasks start");
+    let conn = OneConnection::now(client).await;
     let started = Instant::now();
     let handles: Vec<_> = (0..tasks)
         .map(|t| {
@@ -155,10 +148,6 @@ pub async fn pipelined(
         handle.join().await;
     }
     let took = started.elapsed();
-    assert_eq!(
-        client.node_info(node).await.unwrap().conn,
-        conn,
-        "one connection"
-    );
+    conn.held(client).await;
     took
 }

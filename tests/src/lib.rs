@@ -39,7 +39,7 @@ use keepwire_driver::{
     Client, ClientBuilder, ClientEvent, Events, HandshakeError, HandshakeIo, Runtime, SendError,
     Target, sleep_until,
 };
-use keepwire_proto::{CloseReason, Config, Event, NodeState, Reason};
+use keepwire_proto::{CloseReason, Config, ConnId, Event, NodeId, NodeState, Reason};
 
 pub use netns::{Netns, NetnsError, in_private_netns};
 pub use runtimes::{AsyncStd, Smol, TestRuntime, Tokio};
@@ -288,6 +288,30 @@ pub async fn heartbeat_timed_out(runtime: &dyn Runtime, events: &mut Events, lim
         _ => None,
     })
     .await;
+}
+
+/// The connection a client's one node is on when a test starts sending, to assert later that
+/// every request went over it ([`held`](Self::held)).
+#[derive(Debug)]
+pub struct OneConnection {
+    node: NodeId,
+    conn: ConnId,
+}
+
+impl OneConnection {
+    /// The connection `client`'s first node is on now; panics if it has none.
+    pub async fn now(client: &Client) -> Self {
+        let node = client.initial_nodes()[0];
+        let conn = client.node_info(node).await.unwrap().conn;
+        let conn = conn.unwrap_or_else(|| panic!("{node:?} is not connected before the requests"));
+        Self { node, conn }
+    }
+
+    /// Asserts the node is still on the same connection.
+    pub async fn held(&self, client: &Client) {
+        let now = client.node_info(self.node).await.unwrap().conn;
+        assert_eq!(now, Some(self.conn), "all on one connection");
+    }
 }
 
 /// A configuration with the short timeouts the real-socket tests use: setup 300 ms (doubling

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use keepwire_driver::{Client, Runtime, Target};
 
 use crate::protocols::redis::{Reply, command};
-use crate::spawn;
+use crate::{OneConnection, spawn};
 
 /// Runs the command `args` on the client's one node and reads the answer; panics on any
 /// failure (a server error is an answer: [`Reply::Error`]).
@@ -31,8 +31,7 @@ pub async fn pipelined(
     requests: usize,
 ) -> Duration {
     let node = client.initial_nodes()[0];
-    let conn = client.node_info(node).await.unwrap().conn;
-    assert!(conn.is_some(), "connected before the tasks start");
+    let conn = OneConnection::now(client).await;
     let started = Instant::now();
     let handles: Vec<_> = (0..tasks)
         .map(|t| {
@@ -63,7 +62,6 @@ pub async fn pipelined(
     }
     let took = started.elapsed();
     assert_eq!(mismatches, 0);
-    let now = client.node_info(node).await.unwrap().conn;
-    assert_eq!(now, conn, "all on one connection");
+    conn.held(client).await;
     took
 }
