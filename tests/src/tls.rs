@@ -13,7 +13,10 @@ use keepwire_driver::tls::rustls::pki_types::pem::PemObject;
 use keepwire_driver::tls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use keepwire_driver::tls::rustls::{self, ServerConfig, ServerConnection, StreamOwned};
 use keepwire_driver::tls::{TlsConfig, TlsConfigBuilder};
-use keepwire_driver::{ClientBuilder, HandshakeError, HandshakeIo, LengthPrefixed};
+use keepwire_driver::{
+    Client, ClientBuilder, Codec, HandshakeError, HandshakeIo, LengthPrefixed, Runtime,
+};
+use keepwire_proto::NodeId;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -390,5 +393,25 @@ impl TlsOn {
             Self::Smol => builder.handshake(keepwire_smol::tls::handshake(config)),
             Self::AsyncStd => builder.handshake(keepwire_async_std::tls::handshake(config)),
         }
+    }
+
+    /// A client of one node, the TLS server at `addr`, speaking `codec` over this crate's TLS
+    /// with `config` (the real servers' TLS suites); returns it and its node.
+    pub fn client(
+        self,
+        runtime: &Arc<dyn Runtime>,
+        addr: SocketAddr,
+        codec: impl Codec,
+        config: TlsConfig,
+    ) -> (Client, NodeId) {
+        let builder = ClientBuilder::new(crate::test_config())
+            .node(addr)
+            .codec(codec);
+        let client = self
+            .handshake(builder, config)
+            .build(Arc::clone(runtime))
+            .unwrap();
+        let node = client.initial_nodes()[0];
+        (client, node)
     }
 }

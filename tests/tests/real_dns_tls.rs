@@ -7,14 +7,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use keepwire_driver::tls::TlsConfig;
-use keepwire_driver::{Client, ClientBuilder, NodeId, Runtime, SendError, Sent};
+use keepwire_driver::{Runtime, SendError, Sent};
 use keepwire_proto::{CloseReason, NodeState};
 use keepwire_tests::dns::{self, resolve, resolve_local};
 use keepwire_tests::protocols::dns::Dns;
 use keepwire_tests::servers::{LOCAL_ZONE, Shared, UnboundServer};
 use keepwire_tests::tls::{Pki, TlsOn};
-use keepwire_tests::{bounded, runtime_name, test_config, test_tls_on_every_runtime};
+use keepwire_tests::{bounded, runtime_name, test_tls_on_every_runtime};
 
 static SERVER: Shared<(UnboundServer, Pki)> = Shared::new();
 
@@ -30,23 +29,6 @@ fn server() -> Arc<(UnboundServer, Pki)> {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn client(
-    runtime: &Arc<dyn Runtime>,
-    on: TlsOn,
-    server: &UnboundServer,
-    tls: TlsConfig,
-) -> (Client, NodeId) {
-    let builder = ClientBuilder::new(test_config())
-        .node(server.tls_addr())
-        .codec(Dns::new());
-    let client = on
-        .handshake(builder, tls)
-        .build(Arc::clone(runtime))
-        .unwrap();
-    let node = client.initial_nodes()[0];
-    (client, node)
-}
-
 /// Over one TLS connection: a query the upstream answers after 300 ms overtaken by 16 the
 /// resolver answers itself, then 64 tasks × 50 names pipelined, each answer its own.
 async fn queries_over_tls_overtake_each_other(runtime: Arc<dyn Runtime>, on: TlsOn) {
@@ -54,7 +36,12 @@ async fn queries_over_tls_overtake_each_other(runtime: Arc<dyn Runtime>, on: Tls
     let (unbound, pki) = (&server.0, &server.1);
     let name = runtime_name(&*runtime);
     bounded(&*runtime, Duration::from_secs(30), "DNS over TLS", async {
-        let (client, _) = client(&runtime, on, unbound, pki.client_config());
+        let (client, _) = on.client(
+            &runtime,
+            unbound.tls_addr(),
+            Dns::new(),
+            pki.client_config(),
+        );
         resolve_local(&client, &format!("warm-tls-{name}")).await;
         let tag = format!("tls-{name}");
         let seen = dns::overtaken(&runtime, &client, Duration::from_millis(300), 16, &tag).await;
@@ -87,7 +74,12 @@ async fn a_resolver_certificate_from_another_ca_is_refused(runtime: Arc<dyn Runt
         Duration::from_secs(10),
         "untrusted resolver",
         async {
-            let (client, node) = client(&runtime, on, unbound, stranger.client_config());
+            let (client, node) = on.client(
+                &runtime,
+                unbound.tls_addr(),
+                Dns::new(),
+                stranger.client_config(),
+            );
             let query = format!("refused.{LOCAL_ZONE}");
             let outcome = resolve(&client, &query, Duration::from_secs(5)).await;
             assert_eq!(

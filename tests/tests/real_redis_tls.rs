@@ -8,14 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use keepwire_driver::tls::TlsConfig;
-use keepwire_driver::{Client, ClientBuilder, ClientEvent, NodeId, Runtime, SendError, Target};
+use keepwire_driver::{ClientEvent, Runtime, SendError, Target};
 use keepwire_proto::{CloseReason, NodeState};
 use keepwire_tests::protocols::redis::{Redis, Reply, command};
 use keepwire_tests::redis::{self, ask};
 use keepwire_tests::servers::{RedisServer, Shared};
 use keepwire_tests::tls::{Pki, TlsOn};
-use keepwire_tests::{bounded, runtime_name, test_config, test_tls_on_every_runtime};
+use keepwire_tests::{bounded, runtime_name, test_tls_on_every_runtime};
 
 static SERVER: Shared<(RedisServer, Pki)> = Shared::new();
 
@@ -34,23 +33,6 @@ fn server() -> Arc<(RedisServer, Pki)> {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn client(
-    runtime: &Arc<dyn Runtime>,
-    on: TlsOn,
-    server: &RedisServer,
-    tls: TlsConfig,
-) -> (Client, NodeId) {
-    let builder = ClientBuilder::new(test_config())
-        .node(server.tls_addr())
-        .codec(Redis::new());
-    let client = on
-        .handshake(builder, tls)
-        .build(Arc::clone(runtime))
-        .unwrap();
-    let node = client.initial_nodes()[0];
-    (client, node)
-}
-
 /// A client certificate the server's CA signed: commands, a 1 MiB value both ways, and 64
 /// tasks × 100 `ECHO`s pipelined on the one TLS connection, each answer its own.
 async fn commands_over_mutual_tls(runtime: Arc<dyn Runtime>, on: TlsOn) {
@@ -58,7 +40,12 @@ async fn commands_over_mutual_tls(runtime: Arc<dyn Runtime>, on: TlsOn) {
     let (redis, pki) = (&server.0, &server.1);
     let name = runtime_name(&*runtime);
     bounded(&*runtime, Duration::from_secs(30), "mutual TLS", async {
-        let (client, _) = client(&runtime, on, redis, pki.client_config_presenting(pki));
+        let (client, _) = on.client(
+            &runtime,
+            redis.tls_addr(),
+            Redis::new(),
+            pki.client_config_presenting(pki),
+        );
         let key = format!("tls-{name}");
         let big = Bytes::from(vec![b't'; 1 << 20]);
         assert_eq!(
@@ -100,7 +87,7 @@ async fn a_refused_client_certificate_is_final(runtime: Arc<dyn Runtime>, on: Tl
                 ),
                 ("no certificate", pki.client_config()),
             ] {
-                let (client, node) = client(&runtime, on, redis, tls);
+                let (client, node) = on.client(&runtime, redis.tls_addr(), Redis::new(), tls);
                 let mut events = client.subscribe();
                 let outcome = client
                     .send(
