@@ -557,9 +557,9 @@ const JOIN_AT_MOST: usize = 1024;
 /// frame.
 ///
 /// The kernel copies a `writev`'s slices in one by one, at a cost per slice: 32 frames of 76
-/// bytes took 0.8–1.3 µs more as 32 slices than as one slice of their copies, 22–42 ns per
-/// frame (`cargo bench -p keepwire-benches --bench writev`; BENCHMARKS.md, "One slice for
-/// small frames").
+/// bytes took 0.4–1.3 µs more as 32 slices than as one slice of their copies, 12–42 ns per
+/// frame in four runs (`cargo bench -p keepwire-benches --bench writev`; BENCHMARKS.md, "One
+/// slice for small frames").
 fn gather<'a>(
     frames: &'a [Bytes],
     total: usize,
