@@ -1,4 +1,5 @@
-# Helpers for reading callgrind's output, sourced by instructions.sh and client-instructions.sh.
+# Helpers for reading callgrind's output, sourced by instructions.sh and client-instructions.sh
+# (and, for client_bench, by phases.sh).
 
 # The calls recorded to functions whose name contains $2, in callgrind's output $1.
 calls_to() {
@@ -22,6 +23,16 @@ total_instructions() {
   callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }'
 }
 
+# The client bench's binary, into bin: $CLIENT_BENCH if set, else the one cargo builds.
+client_bench() {
+  bin=${CLIENT_BENCH:-}
+  if [ -z "$bin" ]; then
+    bin=$(cargo bench -p keepwire-benches --bench client --no-run --message-format=json \
+      2>/dev/null | sed -n 's/.*"executable":"\([^"]*client-[^"]*\)".*/\1/p' | tail -1)
+  fi
+  [ -x "$bin" ] || { echo "no client benchmark binary at '$bin'" >&2; exit 1; }
+}
+
 # For the scripts that run one cell of the client bench (`benches/client/`): reads their
 # arguments, [RUNTIME] [IN_FLIGHT] [CLIENT] [SIZE], into rt (default ct), in_flight (1),
 # client (A) and size (64); finds the bench binary (bin: $CLIENT_BENCH if set, else the one
@@ -33,12 +44,7 @@ client_cell() {
   in_flight=${2:-1}
   client=${3:-A}
   size=${4:-64}
-  bin=${CLIENT_BENCH:-}
-  if [ -z "$bin" ]; then
-    bin=$(cargo bench -p keepwire-benches --bench client --no-run --message-format=json \
-      2>/dev/null | sed -n 's/.*"executable":"\([^"]*client-[^"]*\)".*/\1/p' | tail -1)
-  fi
-  [ -x "$bin" ] || { echo "no client benchmark binary at '$bin'" >&2; exit 1; }
+  client_bench
   case $client in
     A) per_request='Pool::submit' ;;
     *) per_request='oneshot::Sender<T>::send' ;;

@@ -19,12 +19,8 @@ other=${2:-C}
 size=${3:-64}
 case "$rt" in ct | smol) ;; *) echo "runtime $rt: ct or smol" >&2; exit 2 ;; esac
 case "$other" in B | C) ;; *) echo "client $other: B or C" >&2; exit 2 ;; esac
-bin=${CLIENT_BENCH:-}
-if [ -z "$bin" ]; then
-  bin=$(cargo bench -p keepwire-benches --bench client --no-run --message-format=json 2>/dev/null |
-    sed -n 's/.*"executable":"\([^"]*client-[^"]*\)".*/\1/p' | tail -n 1)
-fi
-[ -x "$bin" ] || { echo "no client bench binary" >&2; exit 1; }
+source scripts/callgrind.sh
+client_bench
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
