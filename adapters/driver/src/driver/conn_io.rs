@@ -277,13 +277,7 @@ impl Driver {
             mem::swap(&mut open.unreported, &mut self.writes.frames);
         }
         let mut slices: Vec<IoSlice<'_>> = mem::take(&mut self.writes.slices);
-        let total: usize = open.unreported.iter().map(Bytes::len).sum();
-        gather(
-            &open.unreported,
-            total,
-            &mut self.writes.joined,
-            &mut slices,
-        );
+        let total = gather(&open.unreported, &mut self.writes.joined, &mut slices);
         self.writes.frame_bytes = total / open.unreported.len().max(1);
         // A failed write of the runtime's own stream, a socket, moved nothing (`writev`
         // returns a count whenever it moved any byte). A stream a handshake hook installed may
@@ -550,11 +544,11 @@ impl Driver {
 /// (`cargo bench -p keepwire-benches --bench writev`, four runs).
 const JOIN_AT_MOST: usize = 1024;
 
-/// Fills `slices` with the frames of a hand-out of `total` bytes, in order, for one vectored
-/// write: when there are several and none is longer than [`JOIN_AT_MOST`], one slice of their
-/// copies side by side in `joined` (one buffer for the driver, which keeps the size of the
-/// largest such hand-out: about the write cap, [`MAX_BATCH`], at most); otherwise a slice per
-/// frame.
+/// Fills `slices` with the frames of a hand-out, in order, for one vectored write, and
+/// returns their length: when there are several and none is longer than [`JOIN_AT_MOST`], one
+/// slice of their copies side by side in `joined` (one buffer for the driver, which keeps the
+/// size of the largest such hand-out: about the write cap, [`MAX_BATCH`], at most); otherwise
+/// a slice per frame.
 ///
 /// The kernel copies a `writev`'s slices in one by one, at a cost per slice: 32 frames of 76
 /// bytes took 0.4–1.3 µs more as 32 slices than as one slice of their copies, 12–42 ns per
@@ -562,11 +556,13 @@ const JOIN_AT_MOST: usize = 1024;
 /// slice for small frames").
 fn gather<'a>(
     frames: &'a [Bytes],
-    total: usize,
     joined: &'a mut Vec<u8>,
     slices: &mut Vec<IoSlice<'a>>,
-) {
-    if frames.len() > 1 && frames.iter().all(|f| f.len() <= JOIN_AT_MOST) {
+) -> usize {
+    let (total, longest) = frames.iter().fold((0, 0), |(total, longest), f| {
+        (total + f.len(), longest.max(f.len()))
+    });
+    if frames.len() > 1 && longest <= JOIN_AT_MOST {
         joined.clear();
         joined.reserve(total);
         for frame in frames {
@@ -576,6 +572,7 @@ fn gather<'a>(
     } else {
         slices.extend(frames.iter().map(|frame| IoSlice::new(frame)));
     }
+    total
 }
 
 /// Empties `slices` and returns its allocation for the next write. Only an empty vector can
@@ -612,9 +609,9 @@ mod tests {
 
     /// The slices `gather` makes of `frames`: their bytes, and whether each is a frame's own.
     fn gathered(frames: &[Bytes]) -> Vec<(Vec<u8>, bool)> {
-        let total = frames.iter().map(Bytes::len).sum();
         let (mut joined, mut slices) = (Vec::new(), Vec::new());
-        gather(frames, total, &mut joined, &mut slices);
+        let total = gather(frames, &mut joined, &mut slices);
+        assert_eq!(total, frames.iter().map(Bytes::len).sum::<usize>());
         slices
             .iter()
             .map(|slice| {
