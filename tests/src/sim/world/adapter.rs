@@ -30,7 +30,7 @@ impl World {
         }
     }
 
-    pub(super) fn perform(&mut self, action: &Action) {
+    fn perform(&mut self, action: &Action) {
         match *action {
             Action::Open { conn, options, .. } => {
                 let n = conn.node().index();
@@ -69,7 +69,7 @@ impl World {
     }
 
     /// The client kernel takes what fits its send buffer of one hand-out.
-    pub(super) fn write(&mut self, conn: ConnId, bufs: &[Bytes]) {
+    fn write(&mut self, conn: ConnId, bufs: &[Bytes]) {
         let n = conn.node().index();
         let now = self.now;
         let Some(c) = self.conns[n].as_mut().filter(|c| c.id == conn) else {
@@ -219,7 +219,7 @@ impl World {
     }
 
     /// The server process reads from its receive buffer and executes every whole frame.
-    pub(super) fn serve(&mut self, n: usize) -> u64 {
+    fn serve(&mut self, n: usize) -> u64 {
         let now = self.now;
         let server = &self.servers[n];
         if !server.reads() {
@@ -299,7 +299,7 @@ impl World {
         can
     }
 
-    pub(super) fn on_event(&mut self, event: Event) {
+    fn on_event(&mut self, event: Event) {
         let now = self.now;
         match &event {
             Event::RequestDone {

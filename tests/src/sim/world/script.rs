@@ -33,7 +33,7 @@ impl World {
         }
     }
 
-    pub(super) fn act(&mut self, act: Act) {
+    fn act(&mut self, act: Act) {
         let now = self.now;
         match act {
             Act::Fault(n, fault) => self.fault(n, fault),
@@ -105,7 +105,7 @@ impl World {
         }
     }
 
-    pub(super) fn undo(&mut self, n: usize, fault: Fault) {
+    fn undo(&mut self, n: usize, fault: Fault) {
         let s = &mut self.servers[n];
         match fault {
             Fault::Hang { .. } => s.hung -= 1,
@@ -134,7 +134,7 @@ impl World {
         }
     }
 
-    pub(super) fn sample(&mut self) {
+    fn sample(&mut self) {
         self.sweep();
         let now = self.now;
         self.push(now + self.sample_every, Wake::Sample);
