@@ -47,8 +47,10 @@ for target in $targets; do
   corpus=$(ls "fuzz/corpus/$target" | wc -l)
   row="| $date | $target | ${seconds} s | ${execs:-?} | ${rate:-?}/s | ${cov:-?} | $corpus |"
   echo "$row"
-  # Into the campaigns table, after its last row (the file goes on after the table).
+  # Into the campaigns table, after its last row (the file goes on after the table); at the
+  # end of the file while the table has no row yet.
   last=$(grep -n '^| [0-9][0-9][0-9][0-9]-' FUZZING.md | tail -n 1 | cut -d: -f1)
-  awk -v at="$last" -v row="$row" '{ print } NR == at { print row }' FUZZING.md > FUZZING.md.new
+  awk -v at="${last:-0}" -v row="$row" '{ print } NR == at { print row }
+    END { if (at == 0) print row }' FUZZING.md > FUZZING.md.new
   mv FUZZING.md.new FUZZING.md
 done
