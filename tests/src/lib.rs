@@ -28,6 +28,7 @@ pub mod runtimes;
 pub mod servers;
 pub mod sim;
 pub mod tls;
+pub mod watermark;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -11,7 +11,7 @@ use keepwire_proto::{
 };
 use keepwire_tests::peers::{Behaviour, FullAcceptQueue, Peer, RefusingPort};
 use keepwire_tests::{
-    send_held, sleep, spawn, test_config, test_on_every_runtime, until_read, wait_for,
+    send_held, sleep, spawn, test_config, test_on_every_runtime, until_read, wait_for, watermark,
 };
 
 const MIB: usize = 1024 * 1024;
@@ -172,95 +172,15 @@ async fn write_timeout_closes_a_stalled_connection(runtime: Arc<dyn Runtime>) {
 /// send fails at once with NotWritable, and the connection stays open.
 async fn a_send_above_the_high_watermark_fails_at_once(runtime: Arc<dyn Runtime>) {
     let peer = Peer::never_read();
-    let mut config = stalling_config();
-    config.write_timeout = Duration::ZERO;
-    config.high_watermark = 64 * 1024;
-    config.low_watermark = 32 * 1024;
+    let config = watermark::config(stalling_config());
     let (client, node, mut events) = start(&runtime, config, peer.addr());
-    let mut queued = Vec::new();
-    while client.node_info(node).await.unwrap().writable {
-        assert!(queued.len() < 64, "never became unwritable");
-        let client = client.clone();
-        queued.push(spawn(&*runtime, async move {
-            client
-                .send(
-                    Target::Node(node),
-                    vec![1u8; 8 * 1024],
-                    Duration::from_secs(20),
-                )
-                .await
-        }));
-        sleep(&*runtime, Duration::from_millis(10)).await;
-    }
-    let pending = wait_for(
-        &*runtime,
-        &mut events,
-        Duration::from_secs(1),
-        "unwritable flip",
-        |e| match e {
-            Event::Writability {
-                writable: false,
-                pending,
-                ..
-            } => Some(*pending),
-            _ => None,
-        },
-    )
-    .await;
-    assert!(pending > 64 * 1024, "flipped at {pending} bytes");
-
-    let started = WallClock::now();
-    let rejected = client
-        .send(
-            Target::Node(node),
-            vec![2u8; 8 * 1024],
-            Duration::from_secs(20),
-        )
-        .await;
-    let took = started.elapsed();
-    assert_eq!(rejected, Err(SendError::NotWritable));
-    // "At once": a command round trip, not the 20 s deadline (generous for a loaded CI).
-    assert!(took < Duration::from_secs(1), "rejection took {took:?}");
-
-    let info = client.node_info(node).await.unwrap();
-    assert_eq!(info.state, NodeState::Ready, "the connection stays open");
-    assert!(
-        info.pending_bytes <= 64 * 1024 + 8 * 1024 + 96,
-        "{} pending",
-        info.pending_bytes
-    );
+    let queued = watermark::fill(&*runtime, &client, node, &mut events).await;
+    watermark::refused_at_once(&client, node).await;
     assert_eq!(peer.accepted(), 1);
     let counters = client.counters().await.unwrap();
     assert_eq!(counters.write_timeouts, 0, "{counters:?}");
-
     client.shutdown().await;
-    // A filler send whose task ran late (after the flip) was rejected too: count those.
-    // The others end with the shutdown, each saying whether the kernel had taken it.
-    let mut late_rejections = 0;
-    let mut sent = Vec::new();
-    for request in queued {
-        match request.join().await {
-            Err(SendError::NotWritable) => late_rejections += 1,
-            Err(SendError::ConnectionLost {
-                cause: CloseReason::Shutdown,
-                sent: s,
-                retried: false,
-            }) => sent.push(s),
-            other => panic!("every queued request ends typed: {other:?}"),
-        }
-    }
-    assert!(
-        sent.contains(&Sent::Nothing),
-        "those above the watermark never left: {sent:?}"
-    );
-    assert!(
-        sent.iter().any(|s| s.may_have_reached_server()),
-        "the kernel took the first ones: {sent:?}"
-    );
-    assert!(
-        (1..=1 + late_rejections).contains(&counters.unwritable_rejections),
-        "{counters:?}, {late_rejections} filler sends rejected"
-    );
+    watermark::queued_requests_ended(queued, &counters).await;
 }
 
 /// (c) A refused connect fails the request fast; each further attempt waits a reconnect

@@ -19,7 +19,7 @@ use keepwire_proto::{CloseReason, Config, Event, Instant, NodeId, NodeState, Rea
 use keepwire_tests::names::Names;
 use keepwire_tests::peers::Peer;
 use keepwire_tests::tls::{Pki, TlsBehaviour, TlsOn, TlsPeer};
-use keepwire_tests::{sleep, spawn, test_config, test_tls_on_every_runtime, wait_for};
+use keepwire_tests::{sleep, spawn, test_config, test_tls_on_every_runtime, wait_for, watermark};
 
 const MIB: usize = 1024 * 1024;
 /// How late a timer may fire on a loaded 2-core CI machine and still count as "on time": the
@@ -261,103 +261,26 @@ async fn a_send_above_the_high_watermark_fails_at_once_over_tls(
 ) {
     let pki = Pki::new();
     let peer = TlsPeer::never_read(pki.server_config());
-    let mut config = stalling_config();
-    config.write_timeout = Duration::ZERO;
-    config.high_watermark = 64 * 1024;
-    config.low_watermark = 32 * 1024;
+    let config = watermark::config(stalling_config());
     let (client, node, mut events) = start(
         &runtime,
         config,
         peer.addr(),
         Some((tls, pki.client_config())),
     );
-    let mut queued = Vec::new();
-    while client.node_info(node).await.unwrap().writable {
-        assert!(queued.len() < 64, "never became unwritable");
-        let client = client.clone();
-        queued.push(spawn(&*runtime, async move {
-            client
-                .send(
-                    Target::Node(node),
-                    vec![1u8; 8 * 1024],
-                    Duration::from_secs(20),
-                )
-                .await
-        }));
-        sleep(&*runtime, Duration::from_millis(10)).await;
-    }
-    let pending = wait_for(
-        &*runtime,
-        &mut events,
-        Duration::from_secs(1),
-        "unwritable flip",
-        |e| match e {
-            Event::Writability {
-                writable: false,
-                pending,
-                ..
-            } => Some(*pending),
-            _ => None,
-        },
-    )
-    .await;
-    assert!(pending > 64 * 1024, "flipped at {pending} bytes");
-
-    let started = WallClock::now();
-    let rejected = client
-        .send(
-            Target::Node(node),
-            vec![2u8; 8 * 1024],
-            Duration::from_secs(20),
-        )
-        .await;
-    let took = started.elapsed();
-    assert_eq!(rejected, Err(SendError::NotWritable));
-    assert!(took < Duration::from_secs(1), "rejection took {took:?}");
-
-    let info = client.node_info(node).await.unwrap();
-    assert_eq!(info.state, NodeState::Ready, "the connection stays open");
+    let queued = watermark::fill(&*runtime, &client, node, &mut events).await;
+    let info = watermark::refused_at_once(&client, node).await;
     println!(
         "unwritable TLS connection: {} bytes pending (high watermark 65536 + one 8 KiB frame), \
          {} held by the TLS layer (limit {BUFFER_LIMIT})",
         info.pending_bytes, info.stream_held
     );
-    assert!(
-        info.pending_bytes <= 64 * 1024 + 8 * 1024 + 96,
-        "{} pending",
-        info.pending_bytes
-    );
     assert!(info.stream_held <= BUFFER_LIMIT, "{}", info.stream_held);
     let counters = client.counters().await.unwrap();
     assert_eq!(counters.write_timeouts, 0, "{counters:?}");
     assert_eq!(peer.accepted(), 1);
-
     client.shutdown().await;
-    let mut late_rejections = 0;
-    let mut sent = Vec::new();
-    for request in queued {
-        match request.join().await {
-            Err(SendError::NotWritable) => late_rejections += 1,
-            Err(SendError::ConnectionLost {
-                cause: CloseReason::Shutdown,
-                sent: s,
-                retried: false,
-            }) => sent.push(s),
-            other => panic!("every queued request ends typed: {other:?}"),
-        }
-    }
-    assert!(
-        sent.contains(&Sent::Nothing),
-        "those above the watermark never left: {sent:?}"
-    );
-    assert!(
-        sent.iter().any(|s| s.may_have_reached_server()),
-        "the kernel took the first ones: {sent:?}"
-    );
-    assert!(
-        (1..=1 + late_rejections).contains(&counters.unwritable_rejections),
-        "{counters:?}, {late_rejections} filler sends rejected"
-    );
+    watermark::queued_requests_ended(queued, &counters).await;
 }
 
 /// A server that takes the ClientHello and never answers: the setup timeout (300 ms) cuts the
