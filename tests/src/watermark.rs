@@ -53,7 +53,18 @@ pub async fn fill(
         }));
         sleep(runtime, Duration::from_millis(10)).await;
     }
-    let pending = wait_for(
+    let pending = unwritable_flip(runtime, events).await;
+    assert!(pending > HIGH_WATERMARK, "flipped at {pending} bytes");
+    queued
+}
+
+/// Waits, at most 1 s, for a connection's flip to unwritable; returns the bytes it had
+/// pending then.
+///
+/// # Panics
+/// If no such flip comes within 1 s.
+pub async fn unwritable_flip(runtime: &dyn Runtime, events: &mut Events) -> u64 {
+    wait_for(
         runtime,
         events,
         Duration::from_secs(1),
@@ -67,9 +78,7 @@ pub async fn fill(
             _ => None,
         },
     )
-    .await;
-    assert!(pending > HIGH_WATERMARK, "flipped at {pending} bytes");
-    queued
+    .await
 }
 
 /// Checks that the next send to the unwritable `node` is refused with

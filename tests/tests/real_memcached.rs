@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use keepwire_driver::{Client, ClientBuilder, NodeId, Runtime, SendError, Sent, Target};
-use keepwire_proto::{CloseReason, Config, Event, Failure};
+use keepwire_proto::{CloseReason, Config, Failure};
 use keepwire_tests::protocols::memcached::{self, Memcached, Reply};
 use keepwire_tests::servers::{MemcachedServer, Shared, Signal};
 use keepwire_tests::{
-    bounded, runtime_name, sleep, spawn, test_config, test_on_every_runtime, wait_for,
+    bounded, runtime_name, sleep, spawn, test_config, test_on_every_runtime, watermark,
 };
 
 static SERVER: Shared<MemcachedServer> = Shared::new();
@@ -404,21 +404,7 @@ async fn a_stopped_server_while_sending_large_values(runtime: Arc<dyn Runtime>) 
                 refused_after < Duration::from_millis(100),
                 "refused after {refused_after:?}"
             );
-            let flipped_at = wait_for(
-                &*runtime,
-                &mut events,
-                Duration::from_secs(1),
-                "unwritable",
-                |e| match e {
-                    Event::Writability {
-                        writable: false,
-                        pending,
-                        ..
-                    } => Some(*pending),
-                    _ => None,
-                },
-            )
-            .await;
+            let flipped_at = watermark::unwritable_flip(&*runtime, &mut events).await;
             let bound = HIGH + frame + config.per_frame_overhead;
             assert!(
                 flipped_at > HIGH && flipped_at <= bound,
