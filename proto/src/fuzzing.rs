@@ -286,9 +286,12 @@ struct Session {
     on_wire: BTreeSet<RequestId>,
     /// Requests and pings the kernel took a byte of.
     touched: BTreeSet<RequestId>,
-    /// Hand-outs from `poll_transmit` the adapter holds and has not reported yet, with the
-    /// requests whose frames (or their rest) they carry.
+    /// Hand-outs the adapter holds and has not reported yet, with the requests whose frames
+    /// (or their rest) they carry.
     handed: BTreeMap<ConnId, (Vec<Bytes>, Vec<RequestId>)>,
+    /// Hand-outs taken so far: every other one through `poll_hand_out` and read in place,
+    /// the others through `poll_transmit`.
+    hand_outs: u64,
     /// The byte budget of each `poll_transmit`.
     batch: usize,
     trace: bool,
@@ -341,6 +344,7 @@ impl Session {
             on_wire: BTreeSet::new(),
             touched: BTreeSet::new(),
             handed: BTreeMap::new(),
+            hand_outs: 0,
             batch,
             trace,
             panic: false,

@@ -49,6 +49,7 @@ pub use event::{
     Violation,
 };
 pub use ids::{ConnId, NodeId, RequestId};
+pub use outbound::HandOut;
 pub use pool::{Pool, Target};
 pub use select::Selection;
 pub use time::Instant;

@@ -92,6 +92,48 @@ pub(crate) enum Flip {
     BecameWritable,
 }
 
+/// The frames of a connection's outstanding hand-out, read where the pool keeps them
+/// ([`Pool::handed_out`](crate::Pool::handed_out)): the unwritten rest of each, in order, the
+/// same bytes [`Pool::poll_transmit`](crate::Pool::poll_transmit) gives as a `Bytes` each.
+/// An iterator of byte slices; [`bytes`](Self::bytes) is their total length.
+#[derive(Clone, Debug)]
+pub struct HandOut<'a> {
+    /// The queue from its front: the handed-out frames are its first live ones marked so.
+    frames: &'a [Frame],
+    /// Their total length.
+    bytes: usize,
+}
+
+impl HandOut<'_> {
+    /// The bytes handed out: the total length of the slices.
+    #[must_use]
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl<'a> Iterator for HandOut<'a> {
+    type Item = &'a [u8];
+
+    #[inline]
+    fn next(&mut self) -> Option<&'a [u8]> {
+        loop {
+            let (frame, rest) = self.frames.split_first()?;
+            if frame.dropped {
+                // A tombstone between two handed-out frames: skipped, as the hand-out did.
+                self.frames = rest;
+                continue;
+            }
+            if !frame.handed_out {
+                self.frames = &[];
+                return None;
+            }
+            self.frames = rest;
+            return Some(&frame.bytes[frame.written..]);
+        }
+    }
+}
+
 /// The outbound queue of one node.
 ///
 /// Frames are never removed from the middle: a frame dropped unsent becomes a tombstone that
@@ -314,48 +356,61 @@ impl Outbound {
     }
 
     /// Hands out the unwritten rest of the queued frames, oldest first: at least one, then
-    /// whole frames while the total stays within `max_bytes`. Returns the bytes handed out.
+    /// whole frames while the total stays within `max_bytes`, passing each frame's bytes and
+    /// how much of them was written to `take`. Returns the bytes handed out; the frames
+    /// handed out are then the ones [`Outbound::handed_frames`] reads.
     ///
-    /// `#[inline]`: its usual case is inlined into `Pool::poll_transmit`, which has saved its
-    /// registers already, where a call of its own saved four more and passed `out` again.
+    /// `#[inline]`: its usual case is inlined into `Pool::poll_transmit` (and
+    /// `Pool::poll_hand_out`), which has saved its registers already, where a call of its own
+    /// saved four more and passed its arguments again.
     #[inline]
-    pub(crate) fn hand_out(&mut self, max_bytes: usize, out: &mut Vec<Bytes>) -> usize {
+    pub(crate) fn hand_out(
+        &mut self,
+        max_bytes: usize,
+        mut take: impl FnMut(&Bytes, usize),
+    ) -> usize {
         debug_assert_eq!(self.handed, None, "one hand-out at a time");
         // The usual case, one live frame queued (one request at a time on the connection), is
         // handed out here as the loop would; the loop, out of line, saves every register.
-        // A frame not yet written from is handed out whole: a clone, without the range checks
-        // and pointer arithmetic of a slice (an empty frame comes out empty either way).
         if self.frames.len() == 1 {
             if let Some(frame) = self.frames.front_mut().filter(|f| !f.dropped) {
                 let rest = frame.bytes.len() - frame.written;
                 frame.handed_out = true;
                 self.handed = Some(rest);
-                out.push(if frame.written == 0 {
-                    frame.bytes.clone()
-                } else {
-                    frame.bytes.slice(frame.written..)
-                });
+                take(&frame.bytes, frame.written);
                 return rest;
             }
         }
-        self.hand_out_frames(max_bytes, out)
+        self.hand_out_frames(max_bytes, take)
     }
 
     /// [`Self::hand_out`] for any number of frames.
     #[inline(never)]
-    fn hand_out_frames(&mut self, max_bytes: usize, out: &mut Vec<Bytes>) -> usize {
+    fn hand_out_frames(&mut self, max_bytes: usize, mut take: impl FnMut(&Bytes, usize)) -> usize {
         let mut total = 0usize;
         for frame in self.frames.iter_mut().filter(|f| !f.dropped) {
             let rest = frame.bytes.len() - frame.written;
             if total > 0 && total.saturating_add(rest) > max_bytes {
                 break;
             }
-            out.push(frame.bytes.slice(frame.written..));
+            take(&frame.bytes, frame.written);
             frame.handed_out = true;
             total += rest;
         }
         self.handed = Some(total);
         total
+    }
+
+    /// The frames of the outstanding hand-out, if any, where the queue keeps them: the live
+    /// frames at the front that are marked handed out (a hand-out marks a run of them, and
+    /// until its report nothing but a close or an eviction, which forget it, takes one off or
+    /// drops it).
+    pub(crate) fn handed_frames(&self) -> Option<HandOut<'_>> {
+        let bytes = self.handed?;
+        Some(HandOut {
+            frames: &self.frames.items[self.frames.start..],
+            bytes,
+        })
     }
 
     /// [`Self::report_written`] in the usual case: the lone queued frame was handed out and

@@ -10,14 +10,16 @@ use super::{Session, frame, peer};
 use crate::{Action, ConnId, Event, RequestId};
 
 impl Session {
-    /// Takes every hand-out the pool offers; each is for a current connection that has no
-    /// other hand-out outstanding. Hand-outs of connections that closed are forgotten.
+    /// Takes every hand-out the pool offers, through `poll_transmit` and `poll_hand_out` in
+    /// turn; each is for a current connection that has no other hand-out outstanding, and
+    /// `handed_out` reads its bytes in place. Hand-outs of connections that closed are
+    /// forgotten.
     pub(super) fn stale_conns_transmit_nothing(&mut self) {
         let pool = &self.pool;
         self.handed
             .retain(|conn, _| pool.current_conn(conn.node()) == Some(*conn));
         let mut out = Vec::new();
-        while let Some(conn) = self.pool.poll_transmit(self.batch, &mut out) {
+        while let Some(conn) = self.next_hand_out(&mut out) {
             assert_eq!(
                 self.pool.current_conn(conn.node()),
                 Some(conn),
@@ -40,6 +42,38 @@ impl Session {
         }
     }
 
+    /// The next hand-out, its frames in `out`: through `poll_hand_out` (its bytes copied from
+    /// where the pool keeps them) every other time, else through `poll_transmit`. Either way
+    /// the bytes `handed_out` reads in place are the ones handed out.
+    fn next_hand_out(&mut self, out: &mut Vec<Bytes>) -> Option<ConnId> {
+        self.hand_outs += 1;
+        let conn = if self.hand_outs % 2 == 0 {
+            let conn = self.pool.poll_hand_out(self.batch)?;
+            let frames = self.pool.handed_out(conn).expect("the hand-out just made");
+            out.clear();
+            out.extend(frames.map(Bytes::copy_from_slice));
+            conn
+        } else {
+            self.pool.poll_transmit(self.batch, out)?
+        };
+        self.assert_reads_in_place(conn, out);
+        Some(conn)
+    }
+
+    /// What `handed_out` reads for `conn` is `bytes`, the hand-out the adapter holds.
+    fn assert_reads_in_place(&self, conn: ConnId, bytes: &[Bytes]) {
+        let frames = self.pool.handed_out(conn).expect("an outstanding hand-out");
+        assert_eq!(
+            frames.bytes(),
+            bytes.iter().map(Bytes::len).sum::<usize>(),
+            "{conn:?}: the length of the hand-out read in place"
+        );
+        assert!(
+            frames.eq(bytes.iter().map(|b| &b[..])),
+            "{conn:?}: the hand-out read in place is not the one handed out"
+        );
+    }
+
     /// The node's socket takes up to `accept` bytes: the adapter writes what it holds for
     /// that connection, then what the pool hands out next, until the socket is full. One
     /// report in 16 first claims a byte more than was handed out: refused, changing nothing.
@@ -55,6 +89,8 @@ impl Session {
             let Some((bufs, ids)) = self.handed.remove(&conn) else {
                 break;
             };
+            // Whatever happened since the hand-out, the pool still offers the same bytes.
+            self.assert_reads_in_place(conn, &bufs);
             let total: usize = bufs.iter().map(Bytes::len).sum();
             if accept % 16 == 15 {
                 let pending = self.pool.pending_bytes(conn.node());
@@ -88,6 +124,10 @@ impl Session {
             self.pool
                 .handle_written(now, conn, n)
                 .expect("reporting what was handed out");
+            assert!(
+                self.pool.handed_out(conn).is_none(),
+                "{conn:?}: a hand-out left after its report"
+            );
             self.parse(conn);
             self.write_reported(conn, &unwritten);
             self.drain();

@@ -9,7 +9,7 @@ use crate::event::{
     CloseReason, Event, HandleError, Outcome, Phase, QuarantineCause, Readmission, Sent, Violation,
 };
 use crate::ids::{ConnId, RequestId};
-use crate::outbound::{Flip, Frame};
+use crate::outbound::{Flip, Frame, HandOut};
 use crate::requests::{Request, Stage};
 use crate::time::Instant;
 use crate::timers::NodeTimer;
@@ -235,7 +235,7 @@ impl Node {
         &mut self,
         generation: u32,
         max_bytes: usize,
-        out: &mut alloc::vec::Vec<Bytes>,
+        take: impl FnMut(&Bytes, usize),
     ) -> bool {
         let Some(c) = self.conn.as_mut().filter(|c| c.generation == generation) else {
             return false;
@@ -243,8 +243,15 @@ impl Node {
         if !core::mem::take(&mut c.scheduled) || !self.outbound.has_unhanded() {
             return false;
         }
-        self.outbound.hand_out(max_bytes, out);
+        self.outbound.hand_out(max_bytes, take);
         true
+    }
+
+    /// The outstanding hand-out of the connection of generation `generation`, if that is the
+    /// node's connection and it has one.
+    pub(crate) fn handed_out(&self, generation: u32) -> Option<HandOut<'_>> {
+        self.conn.as_ref().filter(|c| c.generation == generation)?;
+        self.outbound.handed_frames()
     }
 
     /// The kernel accepted `n` bytes of the last hand-out on the connection of generation

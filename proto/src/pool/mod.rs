@@ -17,7 +17,7 @@ use crate::event::{
 use crate::fifo::{Fifo, Queue};
 use crate::ids::{ConnId, NodeId, RequestId};
 use crate::node::{Census, Node, Shared};
-use crate::outbound::ByteCount;
+use crate::outbound::{ByteCount, HandOut};
 use crate::requests::Requests;
 use crate::rng::Rng;
 use crate::select::{Placement, SelectIndex, Selection};
@@ -91,7 +91,9 @@ pub enum Target {
 ///
 /// Outputs sit in queues, each in the order it was produced: drain
 /// [`poll_action`](Self::poll_action) first (so a connection exists before its bytes), then
-/// [`poll_transmit`](Self::poll_transmit), then [`poll_event`](Self::poll_event); last, ask
+/// [`poll_transmit`](Self::poll_transmit) (or [`poll_hand_out`](Self::poll_hand_out), which
+/// lends the frames in place instead of a `Bytes` of each), then
+/// [`poll_event`](Self::poll_event); last, ask
 /// [`poll_timeout`](Self::poll_timeout) when to call [`handle_timeout`](Self::handle_timeout)
 /// (which is safe to call early or twice). `poll_timeout` is the only clock an adapter waits
 /// on: setup, write, frame and idle timeouts, backoffs, probes, heartbeats and request
@@ -494,11 +496,12 @@ impl Pool {
         )
     }
 
-    /// The kernel accepted `n` bytes of what [`poll_transmit`](Self::poll_transmit) last
-    /// handed out for `conn`; `n` may span several frames. Exactly one report follows each
-    /// hand-out. Fewer bytes than were handed out (0 when the write would block) leave the
-    /// connection *blocked*: it is not handed out again until
-    /// [`handle_writable`](Self::handle_writable). More than was handed out is refused.
+    /// The kernel accepted `n` bytes of what [`poll_transmit`](Self::poll_transmit) (or
+    /// [`poll_hand_out`](Self::poll_hand_out)) last handed out for `conn`; `n` may span
+    /// several frames. Exactly one report follows each hand-out. Fewer bytes than were
+    /// handed out (0 when the write would block) leave the connection *blocked*: it is not
+    /// handed out again until [`handle_writable`](Self::handle_writable). More than was
+    /// handed out is refused.
     pub fn handle_written(
         &mut self,
         now: Instant,
@@ -679,11 +682,43 @@ impl Pool {
     pub fn poll_transmit(&mut self, max_bytes: usize, out: &mut Vec<Bytes>) -> Option<ConnId> {
         out.clear();
         while let Some(conn) = self.shared.transmit.pop_front() {
-            if self.hand_out(conn, max_bytes, out) {
+            let handed = self.hand_out(conn, max_bytes, |bytes, written| {
+                out.push(if written == 0 {
+                    bytes.clone()
+                } else {
+                    bytes.slice(written..)
+                });
+            });
+            if handed {
                 return Some(conn);
             }
         }
         None
+    }
+
+    /// [`poll_transmit`](Self::poll_transmit) for an adapter that reads the frames where the
+    /// pool keeps them: the same hand-out (the same connection, the same frames), with no
+    /// `Bytes` taken of each. Read its bytes with [`handed_out`](Self::handed_out); report
+    /// them with [`handle_written`](Self::handle_written) as after `poll_transmit`.
+    #[must_use]
+    pub fn poll_hand_out(&mut self, max_bytes: usize) -> Option<ConnId> {
+        while let Some(conn) = self.shared.transmit.pop_front() {
+            if self.hand_out(conn, max_bytes, |_, _| {}) {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    /// The outstanding hand-out of `conn` ([`poll_hand_out`](Self::poll_hand_out) or
+    /// [`poll_transmit`](Self::poll_transmit)) where the pool keeps its frames: the
+    /// unwritten rest of each, in order, until [`handle_written`](Self::handle_written)
+    /// reports it. `None` when `conn` has none: never handed out, already reported, stale,
+    /// or closed (a close ends its hand-out). Pure: an adapter may read it again, for a write
+    /// that must be offered the same bytes once more.
+    #[must_use]
+    pub fn handed_out(&self, conn: ConnId) -> Option<HandOut<'_>> {
+        self.node(conn.node).ok()?.handed_out(conn.generation)
     }
 
     /// Whether [`poll_transmit`](Self::poll_transmit) may hand something out: `false` means it

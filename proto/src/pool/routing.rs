@@ -259,7 +259,7 @@ impl Pool {
         &mut self,
         conn: ConnId,
         max_bytes: usize,
-        out: &mut alloc::vec::Vec<Bytes>,
+        take: impl FnMut(&Bytes, usize),
     ) -> bool {
         #[cfg(debug_assertions)]
         let (now, selection) = (self.clock.advance(Instant::ZERO), self.config.selection);
@@ -274,7 +274,7 @@ impl Pool {
         #[cfg(debug_assertions)]
         let placement = node.placement(now, selection);
         let census = node.census();
-        let handed = node.hand_out(conn.generation, max_bytes, out);
+        let handed = node.hand_out(conn.generation, max_bytes, take);
         debug_assert_eq!(node.census(), census, "a hand-out moved the census");
         #[cfg(debug_assertions)]
         debug_assert_eq!(

@@ -440,3 +440,132 @@ fn has_output_says_whether_an_action_or_an_event_waits() {
     h.collect();
     assert!(!h.pool.has_output());
 }
+
+/// A connection with three frames queued (`a` × 10, `b` × 20, `c` × 30) whose first hand-out
+/// took `a` alone and whose report said 3 of its bytes went out; then `b` is cancelled,
+/// leaving a tombstone between `a`'s rest and `c`. Returns the harness, the connection and the
+/// three requests.
+fn a_partly_written_queue_with_a_tombstone() -> (Harness, ConnId, Vec<RequestId>) {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let conn = h.ready(node);
+    let mut ids = Vec::new();
+    for (byte, len) in [(b'a', 10), (b'b', 20), (b'c', 30)] {
+        let frame = Bytes::from(alloc::vec![byte; len]);
+        let deadline = h.now + secs(60);
+        ids.push(
+            h.pool
+                .submit(h.now, Target::Node(node), deadline, frame)
+                .unwrap(),
+        );
+    }
+    let mut out = Vec::new();
+    assert_eq!(h.pool.poll_transmit(1, &mut out), Some(conn));
+    h.pool.handle_written(h.now, conn, 3).unwrap();
+    h.pool.handle_writable(h.now, conn).unwrap();
+    h.pool.cancel(h.now, ids[1]).unwrap();
+    h.collect();
+    (h, conn, ids)
+}
+
+/// The bytes of `conn`'s outstanding hand-out, read where the pool keeps them.
+fn read_hand_out(h: &Harness, conn: ConnId) -> Option<Vec<Vec<u8>>> {
+    let frames = h.pool.handed_out(conn)?;
+    let total = frames.bytes();
+    let read: Vec<Vec<u8>> = frames.map(<[u8]>::to_vec).collect();
+    assert_eq!(total, read.iter().map(Vec::len).sum::<usize>());
+    Some(read)
+}
+
+#[test]
+fn poll_hand_out_hands_out_what_poll_transmit_does_and_handed_out_reads_it_in_place() {
+    let expected = [alloc::vec![b'a'; 7], alloc::vec![b'c'; 30]];
+    // Through poll_transmit: a Bytes of each frame, and the same bytes in place.
+    let (mut h, conn, _) = a_partly_written_queue_with_a_tombstone();
+    let mut out = Vec::new();
+    assert_eq!(h.pool.poll_transmit(1 << 16, &mut out), Some(conn));
+    let taken: Vec<Vec<u8>> = out.iter().map(|b| b.to_vec()).collect();
+    assert_eq!(
+        taken, expected,
+        "the rest of `a`, then `c`: `b` was dropped"
+    );
+    assert_eq!(read_hand_out(&h, conn).as_deref(), Some(&expected[..]));
+    // Through poll_hand_out: the same hand-out, read only in place.
+    let (mut h, conn, _) = a_partly_written_queue_with_a_tombstone();
+    assert_eq!(h.pool.poll_hand_out(1 << 16), Some(conn));
+    assert_eq!(read_hand_out(&h, conn).as_deref(), Some(&expected[..]));
+    assert_eq!(
+        h.pool.poll_hand_out(1 << 16),
+        None,
+        "one hand-out at a time"
+    );
+    // Reported like any hand-out: all of it written, nothing is left to hand out.
+    h.pool.handle_written(h.now, conn, 37).unwrap();
+    assert_eq!(read_hand_out(&h, conn), None, "reported: no hand-out left");
+    assert!(!h.pool.has_transmit());
+    assert_eq!(h.pool.pending_bytes(conn.node()), Some(0));
+}
+
+#[test]
+fn poll_hand_out_keeps_to_the_byte_budget_as_poll_transmit_does() {
+    let (mut h, conn, _) = a_partly_written_queue_with_a_tombstone();
+    assert_eq!(h.pool.poll_hand_out(1), Some(conn));
+    assert_eq!(
+        read_hand_out(&h, conn).as_deref(),
+        Some(&[alloc::vec![b'a'; 7]][..]),
+        "a budget of one byte: the first frame alone"
+    );
+    h.pool.handle_written(h.now, conn, 7).unwrap();
+    assert_eq!(h.pool.poll_hand_out(1), Some(conn));
+    assert_eq!(
+        read_hand_out(&h, conn).as_deref(),
+        Some(&[alloc::vec![b'c'; 30]][..])
+    );
+}
+
+#[test]
+fn a_hand_out_read_in_place_stays_the_same_until_its_report() {
+    let (mut h, conn, ids) = a_partly_written_queue_with_a_tombstone();
+    assert_eq!(h.pool.poll_hand_out(1 << 16), Some(conn));
+    let before = read_hand_out(&h, conn);
+    // Both requests in it end meanwhile; their frames, handed out, cannot be dropped until
+    // the report says none of them went out, so a stream that holds part of them is offered
+    // the same bytes again.
+    h.pool.cancel(h.now, ids[0]).unwrap();
+    h.pool.cancel(h.now, ids[2]).unwrap();
+    h.collect();
+    assert_eq!(
+        read_hand_out(&h, conn),
+        before,
+        "the same bytes, offered again"
+    );
+    h.pool.handle_written(h.now, conn, 0).unwrap();
+    assert_eq!(read_hand_out(&h, conn), None);
+}
+
+#[test]
+fn no_hand_out_is_read_for_a_connection_without_one() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let conn = h.ready(node);
+    assert_eq!(read_hand_out(&h, conn), None, "nothing handed out yet");
+    submit_len(&mut h, node, 10);
+    assert_eq!(read_hand_out(&h, conn), None, "queued, not handed out");
+    assert_eq!(h.pool.poll_hand_out(1 << 16), Some(conn));
+    assert!(read_hand_out(&h, conn).is_some());
+    h.pool
+        .handle_closed(h.now, conn, crate::Failure::Reset)
+        .unwrap();
+    h.collect();
+    assert_eq!(read_hand_out(&h, conn), None, "a close ends the hand-out");
+    let (fresh, _) = h.open(node);
+    h.pool.handle_connected(h.now, fresh).unwrap();
+    submit_len(&mut h, node, 20);
+    assert_eq!(h.pool.poll_hand_out(1 << 16), Some(fresh));
+    assert_eq!(
+        read_hand_out(&h, conn),
+        None,
+        "the stale connection has none"
+    );
+    assert_eq!(read_hand_out(&h, fresh).map(|frames| frames.len()), Some(1));
+}

@@ -22,7 +22,7 @@ use std::mem;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use keepwire_proto::{ConnId, Failure, Instant, Violation};
 
 use super::chunks::Sizing;
@@ -127,10 +127,6 @@ pub(super) struct OpenConn {
     inbound: BytesMut,
     /// The codec's decoder for this connection's byte stream.
     decoder: Box<dyn Decoder>,
-    /// The frames of the hand-out being written; between writes, non-empty only while the
-    /// stream holds part of them (then they are offered again, unreported, until it has
-    /// delivered them to the kernel).
-    unreported: Vec<Bytes>,
     /// Decoding paused with the round's slice answered: the next round decodes what is
     /// buffered before it reads.
     paused: bool,
@@ -158,7 +154,6 @@ impl OpenConn {
             report,
             inbound: BytesMut::new(),
             decoder,
-            unreported: Vec::new(),
             paused: false,
             partial: false,
             sizing: Sizing::default(),
@@ -170,10 +165,10 @@ impl OpenConn {
 /// The write path's buffers, kept between rounds so that writing allocates nothing.
 #[derive(Debug, Default)]
 pub(super) struct WriteBufs {
-    /// The frames the pool hands out for one connection.
-    frames: Vec<Bytes>,
-    /// Slices over `frames` for the vectored write; empty between writes (it cannot hold
-    /// borrows across them), only its allocation is kept.
+    /// Slices over a hand-out's frames, read where the pool keeps them
+    /// ([`Pool::handed_out`](keepwire_proto::Pool::handed_out)), for the vectored write;
+    /// empty between writes (it cannot hold borrows across them), only its allocation is
+    /// kept.
     slices: Vec<IoSlice<'static>>,
     /// Connections whose last write was cut short or would block: the pool hands them out
     /// again only after [`Pool::handle_writable`](keepwire_proto::Pool::handle_writable).
@@ -243,7 +238,7 @@ impl Driver {
             } else {
                 (self.writes.frame_bytes * WRITE_SLICES).clamp(MIN_BATCH, MAX_BATCH)
             };
-            let Some(conn) = self.pool.poll_transmit(cap, &mut self.writes.frames) else {
+            let Some(conn) = self.pool.poll_hand_out(cap) else {
                 return;
             };
             self.write(cx, conn, false);
@@ -255,30 +250,28 @@ impl Driver {
 
     /// One vectored write of the frames handed out for `conn` (`again`: of the hand-out its
     /// stream holds part of), reported to the pool unless the stream still holds some of it.
+    /// The frames are read where the pool keeps them: a stream that holds part of them is
+    /// offered the same bytes again, since the pool changes nothing of a hand-out before its
+    /// report.
     fn write(&mut self, cx: &mut Context<'_>, conn: ConnId, again: bool) {
         self.telemetry.touched(conn.node());
-        let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
+        let (Some(Conn::Open(open)), Some(frames)) =
+            (self.conns.get_mut(&conn), self.pool.handed_out(conn))
+        else {
             if again {
                 // Closed meanwhile: the pool ended the hand-out with the connection.
                 return;
             }
-            // The pool hands out only established connections, and those are open here.
-            // Should one not be, report nothing written: it stays blocked until it closes.
-            debug_assert!(false, "bytes handed out for {conn:?}, which is not open");
-            // Not kept until the next hand-out clears them: that may be a while now.
-            self.writes.frames.clear();
+            // The pool hands out only established connections, and those are open here, with
+            // the hand-out just made. Should one not be, report nothing written: it stays
+            // blocked until it closes.
+            debug_assert!(false, "no hand-out to write on {conn:?}, or it is closed");
             let _ = self.pool.handle_written(self.now(), conn, 0);
             return;
         };
-        if !again {
-            // The connection keeps the hand-out until it is reported; the two vectors trade
-            // their allocations.
-            debug_assert!(open.unreported.is_empty());
-            mem::swap(&mut open.unreported, &mut self.writes.frames);
-        }
         let mut slices: Vec<IoSlice<'_>> = mem::take(&mut self.writes.slices);
-        let total = gather(&open.unreported, &mut self.writes.joined, &mut slices);
-        self.writes.frame_bytes = total / open.unreported.len().max(1);
+        let (total, count) = gather(frames, &mut self.writes.joined, &mut slices);
+        self.writes.frame_bytes = total / count.max(1);
         // A failed write of the runtime's own stream, a socket, moved nothing (`writev`
         // returns a count whenever it moved any byte). A stream a handshake hook installed may
         // encode: its failed write may have pushed part of the encoding first (tokio-rustls
@@ -306,7 +299,6 @@ impl Driver {
                 ),
             }
         }
-        open.unreported.clear();
         let now = self.now();
         match written {
             Poll::Ready(Ok(0)) if total > 0 => self.lost(now, conn, Failure::PeerClosed),
@@ -545,34 +537,64 @@ impl Driver {
 const JOIN_AT_MOST: usize = 1024;
 
 /// Fills `slices` with the frames of a hand-out, in order, for one vectored write, and
-/// returns their length: when there are several and none is longer than [`JOIN_AT_MOST`], one
-/// slice of their copies side by side in `joined` (one buffer for the driver, which keeps the
-/// size of the largest such hand-out: about the write cap, [`MAX_BATCH`], at most); otherwise
-/// a slice per frame.
+/// returns their length and how many frames there were: when there are several and none is
+/// longer than [`JOIN_AT_MOST`], one slice of their copies side by side in `joined` (one
+/// buffer for the driver, which keeps the size of the largest such hand-out: about the write
+/// cap, [`MAX_BATCH`], at most); otherwise a slice per frame.
 ///
 /// The kernel copies a `writev`'s slices in one by one, at a cost per slice: 32 frames of 76
 /// bytes took 0.4–1.3 µs more as 32 slices than as one slice of their copies, 12–42 ns per
 /// frame in four runs (`cargo bench -p keepwire-benches --bench writev`; BENCHMARKS.md, "One
 /// slice for small frames").
 fn gather<'a>(
-    frames: &'a [Bytes],
+    frames: impl Iterator<Item = &'a [u8]> + Clone,
     joined: &'a mut Vec<u8>,
     slices: &mut Vec<IoSlice<'a>>,
-) -> usize {
-    let (total, longest) = frames.iter().fold((0, 0), |(total, longest), f| {
-        (total + f.len(), longest.max(f.len()))
-    });
-    if frames.len() > 1 && longest <= JOIN_AT_MOST {
-        joined.clear();
-        joined.reserve(total);
-        for frame in frames {
-            joined.extend_from_slice(frame);
+) -> (usize, usize) {
+    // One pass over the frames, copying as it goes, in the usual case (small frames); a lone
+    // frame or a long one sends the hand-out back to a slice per frame.
+    let mut rest = frames.clone();
+    let (first, second) = match (rest.next(), rest.next()) {
+        (Some(first), Some(second))
+            if first.len() <= JOIN_AT_MOST && second.len() <= JOIN_AT_MOST =>
+        {
+            (first, second)
         }
-        slices.push(IoSlice::new(joined));
-    } else {
-        slices.extend(frames.iter().map(|frame| IoSlice::new(frame)));
+        // The usual hand-out at one request in flight: its lone frame is its own slice.
+        (Some(lone), None) => {
+            slices.push(IoSlice::new(lone));
+            return (lone.len(), 1);
+        }
+        _ => return slice_each(frames, slices),
+    };
+    joined.clear();
+    joined.extend_from_slice(first);
+    joined.extend_from_slice(second);
+    let mut count = 2;
+    for frame in rest {
+        if frame.len() > JOIN_AT_MOST {
+            return slice_each(frames, slices);
+        }
+        joined.extend_from_slice(frame);
+        count += 1;
     }
-    total
+    let total = joined.len();
+    slices.push(IoSlice::new(joined));
+    (total, count)
+}
+
+/// [`gather`]'s slice per frame: their total length and how many there were.
+fn slice_each<'a>(
+    frames: impl Iterator<Item = &'a [u8]>,
+    slices: &mut Vec<IoSlice<'a>>,
+) -> (usize, usize) {
+    let (mut total, mut count) = (0, 0);
+    for frame in frames {
+        total += frame.len();
+        count += 1;
+        slices.push(IoSlice::new(frame));
+    }
+    (total, count)
 }
 
 /// Empties `slices` and returns its allocation for the next write. Only an empty vector can
@@ -586,6 +608,8 @@ fn recycle(mut slices: Vec<IoSlice<'_>>) -> Vec<IoSlice<'static>> {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
 
     #[test]
@@ -610,8 +634,9 @@ mod tests {
     /// The slices `gather` makes of `frames`: their bytes, and whether each is a frame's own.
     fn gathered(frames: &[Bytes]) -> Vec<(Vec<u8>, bool)> {
         let (mut joined, mut slices) = (Vec::new(), Vec::new());
-        let total = gather(frames, &mut joined, &mut slices);
+        let (total, count) = gather(frames.iter().map(|f| &f[..]), &mut joined, &mut slices);
         assert_eq!(total, frames.iter().map(Bytes::len).sum::<usize>());
+        assert_eq!(count, frames.len());
         slices
             .iter()
             .map(|slice| {
@@ -637,13 +662,17 @@ mod tests {
 
     #[test]
     fn a_frame_longer_than_the_join_limit_keeps_every_frame_its_own_slice() {
-        let frames = [
-            Bytes::from_static(b"one"),
-            Bytes::from(vec![2; JOIN_AT_MOST + 1]),
-            Bytes::from_static(b"three"),
-        ];
-        let own: Vec<(Vec<u8>, bool)> = frames.iter().map(|f| (f.to_vec(), true)).collect();
-        assert_eq!(gathered(&frames), own);
+        // Wherever the long frame stands: first, second, or after copying has begun.
+        for at in 0..4 {
+            let mut frames: Vec<Bytes> = [&b"one"[..], b"two", b"three", b"four"]
+                .into_iter()
+                .map(Bytes::from_static)
+                .collect();
+            frames[at] = Bytes::from(vec![2; JOIN_AT_MOST + 1]);
+            let own: Vec<(Vec<u8>, bool)> = frames.iter().map(|f| (f.to_vec(), true)).collect();
+            assert_eq!(gathered(&frames), own, "the long frame at {at}");
+        }
+        assert_eq!(gathered(&[]), [], "an empty hand-out");
     }
 
     #[test]

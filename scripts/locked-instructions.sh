@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Atomic read-modify-write instructions per request through a whole client, counted by
+# callgrind: the client bench (`benches/client/`) run under valgrind for one cell and one
+# client, and every executed instruction of the bench binary that carries a `lock` prefix or is
+# an `xchg` with memory (an atomic increment, compare-and-swap, swap...), divided by the
+# requests. Callgrind counts such an instruction as one, like any other, but each costs the
+# core about as much as twenty plain ones, even uncontended, so instruction counts
+# (`scripts/client-instructions.sh`) underrate them. Code in shared libraries (libc) is not
+# counted.
+#
+# Usage: scripts/locked-instructions.sh [RUNTIME] [IN_FLIGHT] [CLIENT] [SIZE]
+#   as scripts/client-instructions.sh (default: ct 1 A 64)
+# CLIENT_BENCH=path runs that built bench binary instead of building one. Needs valgrind and
+# objdump. Takes about a minute.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/callgrind.sh
+
+client_cell "$@"
+
+valgrind --tool=callgrind --dump-instr=yes --callgrind-out-file="$out/run" "$bin" --bench \
+  rt="$rt" size="$size" inflight="$in_flight" clients="$client" rounds=1 ms=2000 \
+  >/dev/null 2>&1
+requests=$(calls_to "$out/run" "$per_request")
+[ "$requests" -gt 0 ] || { echo "no requests recorded" >&2; exit 1; }
+# The binary is position-independent, and valgrind maps it at the addresses its file gives.
+# (`xchg %ax,%ax`, with no memory operand, is the assembler's two-byte padding, not an atomic.)
+objdump -d --no-show-raw-insn "$bin" |
+  awk '/^ *[0-9a-f]+:\t(lock |xchg .*\()/ { sub(":", "", $1); print $1 }' >"$out/locked"
+
+# Each cost line starts with the instruction's address (absolute in hex, or relative to the
+# line before: `+N`, `-N`, `*`), then the source line and the instructions executed there. The
+# line after `calls=` holds a call's inclusive cost: skipped.
+awk -v requests="$requests" -v locked="$out/locked" '
+  BEGIN { while ((getline line < locked) > 0) is_locked[line] = 1 }
+  function hex(s,    i, v) {
+    v = 0
+    for (i = 3; i <= length(s); i++) v = v * 16 + index("0123456789abcdef", substr(s, i, 1)) - 1
+    return v
+  }
+  function number(s) { return s ~ /^0x/ ? hex(s) : s + 0 }
+  /^calls=/ { call = 1; next }
+  /^[0-9+*-]/ {
+    p = $1
+    if (p ~ /^0x/) at = hex(p)
+    else if (p ~ /^\+/) at += number(substr(p, 2))
+    else if (p ~ /^-/) at -= number(substr(p, 2))
+    if (call) { call = 0; next }
+    if (NF >= 3) ran[at] += $3
+  }
+  END {
+    for (a in ran) if (sprintf("%x", a) in is_locked) total += ran[a]
+    printf "%.2f locked instructions per request\n", total / requests
+  }' "$out/run" | sed "s/^/rt=$rt inflight=$in_flight size=$size client=$client ($requests requests): /"
