@@ -215,8 +215,52 @@ async fn a_failing_handshake_ends_requests_typed(runtime: Arc<dyn Runtime>) {
     client.shutdown().await;
 }
 
+/// `TCP_QUICKACK` is read back as the kernel has it. On, the driver sets it again after every
+/// read, so once an answer is in, the connection is in quick-ACK mode: that needs the re-arm,
+/// since Linux leaves the mode by itself for traffic where each request follows an answer.
+/// Off, such traffic puts it in delayed-ACK mode, until its delayed ACK goes out about 40 ms
+/// after the last answer: read back false at once (tried a few times, in case a loaded machine
+/// kept the query back that long).
+async fn quick_ack_mode_reads_back_as_the_option_leaves_it(runtime: Arc<dyn Runtime>) {
+    for quickack in [true, false] {
+        let peer = Peer::start(Behaviour::Echo);
+        let mut config = test_config();
+        config.socket.quickack = quickack;
+        let client = ClientBuilder::new(config)
+            .node(peer.addr())
+            .build(Arc::clone(&runtime))
+            .unwrap();
+        let node = client.initial_nodes()[0];
+        let mut readbacks = Vec::new();
+        for _ in 0..5 {
+            for _ in 0..4 {
+                let answer = client
+                    .send(Target::Node(node), &b"hi"[..], Duration::from_secs(5))
+                    .await;
+                assert_eq!(answer.as_deref(), Ok(&b"hi"[..]));
+            }
+            let info = client.node_info(node).await.unwrap();
+            let readback = info.socket.expect("connected").readback.quickack;
+            readbacks.push(readback);
+            if readback == Some(quickack) {
+                break;
+            }
+        }
+        if quickack {
+            assert_eq!(readbacks, [Some(true)], "re-armed after every read");
+        } else {
+            assert!(
+                readbacks.contains(&Some(false)),
+                "delayed-ACK mode after request-answer traffic: {readbacks:?}"
+            );
+        }
+        client.shutdown().await;
+    }
+}
+
 test_on_every_runtime!(
     configured_options_read_back_after_connect,
+    quick_ack_mode_reads_back_as_the_option_leaves_it,
     an_option_the_kernel_caps_is_reported,
     an_option_the_kernel_caps_is_reported_for_a_named_node,
     a_failing_handshake_ends_requests_typed,
