@@ -648,13 +648,16 @@ mod tests {
 
     #[test]
     fn small_frames_are_written_as_one_slice_of_their_copies() {
-        let frames = [
-            Bytes::from_static(b"one"),
-            Bytes::from(vec![2; JOIN_AT_MOST]),
-            Bytes::from_static(b"three"),
-        ];
-        let joined: Vec<u8> = frames.iter().flat_map(|f| f.iter().copied()).collect();
-        assert_eq!(gathered(&frames), [(joined, false)]);
+        // A frame of the limit's length is small enough, wherever it stands.
+        for at in 0..4 {
+            let mut frames: Vec<Bytes> = [&b"one"[..], b"two", b"three", b"four"]
+                .into_iter()
+                .map(Bytes::from_static)
+                .collect();
+            frames[at] = Bytes::from(vec![2; JOIN_AT_MOST]);
+            let joined: Vec<u8> = frames.iter().flat_map(|f| f.iter().copied()).collect();
+            assert_eq!(gathered(&frames), [(joined, false)], "the longest at {at}");
+        }
         // A lone frame needs no copy to be one slice.
         let lone = [Bytes::from_static(b"lone")];
         assert_eq!(gathered(&lone), [(b"lone".to_vec(), true)]);
