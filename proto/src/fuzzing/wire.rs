@@ -149,10 +149,12 @@ impl Session {
     }
 
     /// After a write report on `conn` that took no byte of the frames of `unwritten` (handed
-    /// out): each whose request ended meanwhile is dropped now.
+    /// out): each whose request ended meanwhile is dropped now, unless an earlier write took
+    /// part of it. A frame the peer holds the start of cannot be recalled: it stays queued
+    /// (and counted) until its rest is written or the connection closes.
     pub(super) fn write_reported(&mut self, conn: ConnId, unwritten: &[RequestId]) {
         for id in unwritten {
-            if self.frames.get(id).is_some_and(|f| f.ended) {
+            if self.frames.get(id).is_some_and(|f| f.ended) && !self.touched.contains(id) {
                 self.frame_released(*id);
             }
         }

@@ -569,3 +569,46 @@ fn no_hand_out_is_read_for_a_connection_without_one() {
     );
     assert_eq!(read_hand_out(&h, fresh).map(|frames| frames.len()), Some(1));
 }
+
+#[test]
+fn a_partly_written_frame_stays_queued_and_counted_after_its_request_ends() {
+    // The kernel took part of a frame, then its request was cancelled: the peer holds the
+    // frame's start, so the rest must still go (or the connection close). A later report
+    // that none of the rest went out does not drop it.
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let conn = h.ready(node);
+    let id = submit_len(&mut h, node, 10);
+    let cost = h.pool.pending_bytes(node).unwrap();
+    let mut out = Vec::new();
+    assert_eq!(h.pool.poll_transmit(1 << 16, &mut out), Some(conn));
+    h.pool.handle_written(h.now, conn, 3).unwrap();
+    h.pool.cancel(h.now, id).unwrap();
+    h.collect();
+    assert_eq!(h.sent(id), Some(Sent::Partly));
+    h.pool.handle_writable(h.now, conn).unwrap();
+    assert_eq!(h.pool.poll_hand_out(1 << 16), Some(conn));
+    assert_eq!(
+        read_hand_out(&h, conn),
+        Some(alloc::vec![alloc::vec![0xAB; 7]])
+    );
+    h.pool.handle_written(h.now, conn, 0).unwrap();
+    assert_eq!(
+        h.pool.pending_bytes(node),
+        Some(cost),
+        "still queued, still counted"
+    );
+    h.pool.handle_writable(h.now, conn).unwrap();
+    assert_eq!(h.pool.poll_hand_out(1 << 16), Some(conn));
+    h.pool.handle_written(h.now, conn, 7).unwrap();
+    assert_eq!(
+        h.pool.pending_bytes(node),
+        Some(0),
+        "its rest written: released"
+    );
+    assert_eq!(
+        h.pool.current_conn(node),
+        Some(conn),
+        "the stream stayed aligned"
+    );
+}
