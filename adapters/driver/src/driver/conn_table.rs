@@ -44,7 +44,7 @@ impl<T> ConnTable<T> {
         match self.slots.get(conn.node().index()) {
             Some(Some((id, value))) if id == conn => Some(value),
             _ if self.aside.is_empty() => None,
-            _ => self.aside.get(conn),
+            _ => Self::get_aside(&self.aside, conn),
         }
     }
 
@@ -53,8 +53,24 @@ impl<T> ConnTable<T> {
         match self.slots.get_mut(conn.node().index()) {
             Some(Some((id, value))) if id == conn => Some(value),
             _ if self.aside.is_empty() => None,
-            _ => self.aside.get_mut(conn),
+            _ => Self::get_aside_mut(&mut self.aside, conn),
         }
+    }
+
+    /// [`get`](Self::get) of an entry aside: out of line, so that the map's search is not
+    /// inlined with every lookup into the driver's poll, whose request path it made spill
+    /// registers (BENCHMARKS.md, "A hand-out read in place").
+    #[cold]
+    #[inline(never)]
+    fn get_aside<'a>(aside: &'a BTreeMap<ConnId, T>, conn: &ConnId) -> Option<&'a T> {
+        aside.get(conn)
+    }
+
+    /// [`get_mut`](Self::get_mut) of an entry aside, out of line as [`get_aside`](Self::get_aside).
+    #[cold]
+    #[inline(never)]
+    fn get_aside_mut<'a>(aside: &'a mut BTreeMap<ConnId, T>, conn: &ConnId) -> Option<&'a mut T> {
+        aside.get_mut(conn)
     }
 
     /// Files `value` under `conn`, returning what was filed under it before.
