@@ -23,6 +23,31 @@ total_instructions() {
   callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }'
 }
 
+# Every instruction executed in callgrind's output $1 (made with --dump-instr=yes), one line
+# each: its address (decimal) and how many times it ran. Each cost line starts with the
+# instruction's address (absolute in hex, or relative to the line before: `+N`, `-N`, `*`) and
+# the source line, then the instructions executed there. The line after `calls=` holds a
+# call's inclusive cost, not the instruction's own: skipped.
+executed_instructions() {
+  awk '
+    function hex(s,    i, n) {
+      n = 0
+      for (i = 3; i <= length(s); i++) n = n * 16 + index("0123456789abcdef", substr(s, i, 1)) - 1
+      return n
+    }
+    function number(s) { return s ~ /^0x/ ? hex(s) : s + 0 }
+    /^calls=/ { call = 1; next }
+    /^[0-9+*-]/ {
+      p = $1
+      if (p ~ /^0x/) at = hex(p)
+      else if (p ~ /^\+/) at += number(substr(p, 2))
+      else if (p ~ /^-/) at -= number(substr(p, 2))
+      if (call) { call = 0; next }
+      if (NF >= 3) ran[at] += $3
+    }
+    END { for (a in ran) printf "%.0f %.0f\n", a, ran[a] }' "$1"
+}
+
 # The client bench's binary, into bin: $CLIENT_BENCH if set, else the one cargo builds.
 client_bench() {
   bin=${CLIENT_BENCH:-}

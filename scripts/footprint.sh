@@ -24,27 +24,9 @@ valgrind --tool=callgrind --dump-instr=yes --callgrind-out-file="$out/run" "$bin
 requests=$(calls_to "$out/run" "$per_request")
 [ "$requests" -gt 0 ] || { echo "no requests recorded" >&2; exit 1; }
 
-# Each cost line starts with the instruction's address (absolute in hex, or relative to the
-# line before: `+N`, `-N`, `*`) and the source line, then the instructions executed there.
-# The line after `calls=` holds a call's inclusive cost, not the instruction's own: skipped.
-awk -v requests="$requests" '
-  function hex(s,    i, n) {
-    n = 0
-    for (i = 3; i <= length(s); i++) n = n * 16 + index("0123456789abcdef", substr(s, i, 1)) - 1
-    return n
-  }
-  function number(s) { return s ~ /^0x/ ? hex(s) : s + 0 }
-  /^calls=/ { call = 1; next }
-  /^[0-9+*-]/ {
-    p = $1
-    if (p ~ /^0x/) at = hex(p)
-    else if (p ~ /^\+/) at += number(substr(p, 2))
-    else if (p ~ /^-/) at -= number(substr(p, 2))
-    if (call) { call = 0; next }
-    if (NF >= 3) ran[at] += $3
-  }
+executed_instructions "$out/run" | awk -v requests="$requests" '
+  $2 >= 0.9 * requests { hot++; lines[int($1 / 64)] = 1 }
   END {
-    for (a in ran) if (ran[a] >= 0.9 * requests) { hot++; lines[int(a / 64)] = 1 }
     for (l in lines) n++
     printf "%d instructions on every request'"'"'s path, in %d cache lines (%.1f KiB)\n", hot, n, n * 64 / 1024
-  }' "$out/run" | sed "s/^/rt=$rt inflight=$in_flight size=$size client=$client ($requests requests): /"
+  }' | sed "s/^/rt=$rt inflight=$in_flight size=$size client=$client ($requests requests): /"

@@ -28,27 +28,9 @@ requests=$(calls_to "$out/run" "$per_request")
 objdump -d --no-show-raw-insn "$bin" |
   awk '/^ *[0-9a-f]+:\t(lock |xchg .*\()/ { sub(":", "", $1); print $1 }' >"$out/locked"
 
-# Each cost line starts with the instruction's address (absolute in hex, or relative to the
-# line before: `+N`, `-N`, `*`), then the source line and the instructions executed there. The
-# line after `calls=` holds a call's inclusive cost: skipped.
-awk -v requests="$requests" -v locked="$out/locked" '
+executed_instructions "$out/run" | awk -v requests="$requests" -v locked="$out/locked" '
   BEGIN { while ((getline line < locked) > 0) is_locked[line] = 1 }
-  function hex(s,    i, v) {
-    v = 0
-    for (i = 3; i <= length(s); i++) v = v * 16 + index("0123456789abcdef", substr(s, i, 1)) - 1
-    return v
-  }
-  function number(s) { return s ~ /^0x/ ? hex(s) : s + 0 }
-  /^calls=/ { call = 1; next }
-  /^[0-9+*-]/ {
-    p = $1
-    if (p ~ /^0x/) at = hex(p)
-    else if (p ~ /^\+/) at += number(substr(p, 2))
-    else if (p ~ /^-/) at -= number(substr(p, 2))
-    if (call) { call = 0; next }
-    if (NF >= 3) ran[at] += $3
-  }
+  sprintf("%x", $1) in is_locked { total += $2 }
   END {
-    for (a in ran) if (sprintf("%x", a) in is_locked) total += ran[a]
     printf "%.2f locked instructions per request\n", total / requests
-  }' "$out/run" | sed "s/^/rt=$rt inflight=$in_flight size=$size client=$client ($requests requests): /"
+  }' | sed "s/^/rt=$rt inflight=$in_flight size=$size client=$client ($requests requests): /"
