@@ -646,15 +646,21 @@ mod tests {
             .collect()
     }
 
+    /// Four short frames, the one at `at` replaced by one `len` bytes long.
+    fn four_frames_with(at: usize, len: usize) -> Vec<Bytes> {
+        let mut frames: Vec<Bytes> = [&b"one"[..], b"two", b"three", b"four"]
+            .into_iter()
+            .map(Bytes::from_static)
+            .collect();
+        frames[at] = Bytes::from(vec![2; len]);
+        frames
+    }
+
     #[test]
     fn small_frames_are_written_as_one_slice_of_their_copies() {
         // A frame of the limit's length is small enough, wherever it stands.
         for at in 0..4 {
-            let mut frames: Vec<Bytes> = [&b"one"[..], b"two", b"three", b"four"]
-                .into_iter()
-                .map(Bytes::from_static)
-                .collect();
-            frames[at] = Bytes::from(vec![2; JOIN_AT_MOST]);
+            let frames = four_frames_with(at, JOIN_AT_MOST);
             let joined: Vec<u8> = frames.iter().flat_map(|f| f.iter().copied()).collect();
             assert_eq!(gathered(&frames), [(joined, false)], "the longest at {at}");
         }
@@ -667,11 +673,7 @@ mod tests {
     fn a_frame_longer_than_the_join_limit_keeps_every_frame_its_own_slice() {
         // Wherever the long frame stands: first, second, or after copying has begun.
         for at in 0..4 {
-            let mut frames: Vec<Bytes> = [&b"one"[..], b"two", b"three", b"four"]
-                .into_iter()
-                .map(Bytes::from_static)
-                .collect();
-            frames[at] = Bytes::from(vec![2; JOIN_AT_MOST + 1]);
+            let frames = four_frames_with(at, JOIN_AT_MOST + 1);
             let own: Vec<(Vec<u8>, bool)> = frames.iter().map(|f| (f.to_vec(), true)).collect();
             assert_eq!(gathered(&frames), own, "the long frame at {at}");
         }
