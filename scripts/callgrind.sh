@@ -77,3 +77,19 @@ client_cell() {
   out=$(mktemp -d)
   trap 'rm -rf "$out"' EXIT
 }
+
+# For footprint.sh and locked-instructions.sh: runs the cell client_cell read under callgrind
+# with every instruction's count recorded (--dump-instr=yes), into $out/run, for 2 s, and puts
+# the requests it made in requests.
+run_cell_by_instruction() {
+  valgrind --tool=callgrind --dump-instr=yes --callgrind-out-file="$out/run" "$bin" --bench \
+    rt="$rt" size="$size" inflight="$in_flight" clients="$client" rounds=1 ms=2000 \
+    >/dev/null 2>&1
+  requests=$(calls_to "$out/run" "$per_request")
+  [ "$requests" -gt 0 ] || { echo "no requests recorded" >&2; exit 1; }
+}
+
+# Prefixes each line of standard input with the cell and the requests it made.
+label_cell() {
+  sed "s/^/rt=$rt inflight=$in_flight size=$size client=$client ($requests requests): /"
+}

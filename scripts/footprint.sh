@@ -18,15 +18,11 @@ source scripts/callgrind.sh
 
 client_cell "$@"
 
-valgrind --tool=callgrind --dump-instr=yes --callgrind-out-file="$out/run" "$bin" --bench \
-  rt="$rt" size="$size" inflight="$in_flight" clients="$client" rounds=1 ms=2000 \
-  >/dev/null 2>&1
-requests=$(calls_to "$out/run" "$per_request")
-[ "$requests" -gt 0 ] || { echo "no requests recorded" >&2; exit 1; }
+run_cell_by_instruction
 
 executed_instructions "$out/run" | awk -v requests="$requests" '
   $2 >= 0.9 * requests { hot++; lines[int($1 / 64)] = 1 }
   END {
     for (l in lines) n++
     printf "%d instructions on every request'"'"'s path, in %d cache lines (%.1f KiB)\n", hot, n, n * 64 / 1024
-  }' | sed "s/^/rt=$rt inflight=$in_flight size=$size client=$client ($requests requests): /"
+  }' | label_cell

@@ -18,11 +18,7 @@ source scripts/callgrind.sh
 
 client_cell "$@"
 
-valgrind --tool=callgrind --dump-instr=yes --callgrind-out-file="$out/run" "$bin" --bench \
-  rt="$rt" size="$size" inflight="$in_flight" clients="$client" rounds=1 ms=2000 \
-  >/dev/null 2>&1
-requests=$(calls_to "$out/run" "$per_request")
-[ "$requests" -gt 0 ] || { echo "no requests recorded" >&2; exit 1; }
+run_cell_by_instruction
 # The binary is position-independent, and valgrind maps it at the addresses its file gives.
 # (`xchg %ax,%ax`, with no memory operand, is the assembler's two-byte padding, not an atomic.)
 objdump -d --no-show-raw-insn "$bin" |
@@ -33,4 +29,4 @@ executed_instructions "$out/run" | awk -v requests="$requests" -v locked="$out/l
   sprintf("%x", $1) in is_locked { total += $2 }
   END {
     printf "%.2f locked instructions per request\n", total / requests
-  }' | sed "s/^/rt=$rt inflight=$in_flight size=$size client=$client ($requests requests): /"
+  }' | label_cell
