@@ -270,7 +270,9 @@ impl Driver {
             return;
         };
         let mut slices: Vec<IoSlice<'_>> = mem::take(&mut self.writes.slices);
-        let (total, count) = gather(frames, &mut self.writes.joined, &mut slices);
+        // The pool counted the hand-out's bytes as it made it.
+        let total = frames.bytes();
+        let count = gather(frames, &mut self.writes.joined, &mut slices);
         self.writes.frame_bytes = total / count.max(1);
         // A failed write of the runtime's own stream, a socket, moved nothing (`writev`
         // returns a count whenever it moved any byte). A stream a handshake hook installed may
@@ -537,7 +539,7 @@ impl Driver {
 const JOIN_AT_MOST: usize = 1024;
 
 /// Fills `slices` with the frames of a hand-out, in order, for one vectored write, and
-/// returns their length and how many frames there were: when there are several and none is
+/// returns how many frames there were: when there are several and none is
 /// longer than [`JOIN_AT_MOST`], one slice of their copies side by side in `joined` (one
 /// buffer for the driver, which keeps the size of the largest such hand-out: about the write
 /// cap, [`MAX_BATCH`], at most); otherwise a slice per frame.
@@ -550,7 +552,7 @@ fn gather<'a>(
     frames: impl Iterator<Item = &'a [u8]> + Clone,
     joined: &'a mut Vec<u8>,
     slices: &mut Vec<IoSlice<'a>>,
-) -> (usize, usize) {
+) -> usize {
     // One pass over the frames, copying as it goes, in the usual case (small frames); a lone
     // frame or a long one sends the hand-out back to a slice per frame.
     let mut rest = frames.clone();
@@ -563,7 +565,7 @@ fn gather<'a>(
         // The usual hand-out at one request in flight: its lone frame is its own slice.
         (Some(lone), None) => {
             slices.push(IoSlice::new(lone));
-            return (lone.len(), 1);
+            return 1;
         }
         _ => return slice_each(frames, slices),
     };
@@ -578,23 +580,15 @@ fn gather<'a>(
         joined.extend_from_slice(frame);
         count += 1;
     }
-    let total = joined.len();
     slices.push(IoSlice::new(joined));
-    (total, count)
+    count
 }
 
-/// [`gather`]'s slice per frame: their total length and how many there were.
-fn slice_each<'a>(
-    frames: impl Iterator<Item = &'a [u8]>,
-    slices: &mut Vec<IoSlice<'a>>,
-) -> (usize, usize) {
-    let (mut total, mut count) = (0, 0);
-    for frame in frames {
-        total += frame.len();
-        count += 1;
-        slices.push(IoSlice::new(frame));
-    }
-    (total, count)
+/// [`gather`]'s slice per frame: how many there were.
+fn slice_each<'a>(frames: impl Iterator<Item = &'a [u8]>, slices: &mut Vec<IoSlice<'a>>) -> usize {
+    let before = slices.len();
+    slices.extend(frames.map(IoSlice::new));
+    slices.len() - before
 }
 
 /// Empties `slices` and returns its allocation for the next write. Only an empty vector can
@@ -634,7 +628,8 @@ mod tests {
     /// The slices `gather` makes of `frames`: their bytes, and whether each is a frame's own.
     fn gathered(frames: &[Bytes]) -> Vec<(Vec<u8>, bool)> {
         let (mut joined, mut slices) = (Vec::new(), Vec::new());
-        let (total, count) = gather(frames.iter().map(|f| &f[..]), &mut joined, &mut slices);
+        let count = gather(frames.iter().map(|f| &f[..]), &mut joined, &mut slices);
+        let total: usize = slices.iter().map(|slice| slice.len()).sum();
         assert_eq!(total, frames.iter().map(Bytes::len).sum::<usize>());
         assert_eq!(count, frames.len());
         slices
