@@ -6,7 +6,8 @@
 # requests. Callgrind counts such an instruction as one, like any other, but each costs the
 # core about as much as twenty plain ones, even uncontended, so instruction counts
 # (`scripts/client-instructions.sh`) underrate them. Code in shared libraries (libc) is not
-# counted.
+# counted. At 64 in flight the executor's share moves with how the callers batch: on smol,
+# runs of one build differ by about 1.5 per request (BENCHMARKS.md, "A hand-out read in place").
 #
 # Usage: scripts/locked-instructions.sh [RUNTIME] [IN_FLIGHT] [CLIENT] [SIZE]
 #   as scripts/client-instructions.sh (default: ct 1 A 64)
