@@ -13,11 +13,13 @@ mod heartbeat;
 mod in_order;
 mod lazy;
 mod lifecycle;
+mod limits;
 mod names;
 mod pool;
 mod props;
 mod queue;
 mod select_index;
+mod shutdown;
 mod transmit;
 
 use alloc::vec::Vec;
