@@ -17,6 +17,7 @@
 
 pub mod collect;
 pub mod dns;
+pub mod load;
 pub mod names;
 pub mod netns;
 pub mod panicking;

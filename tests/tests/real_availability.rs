@@ -15,18 +15,18 @@
 //!
 //! `cargo test -p keepwire-tests --test real_availability -- --nocapture` shows the figures.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use keepwire_driver::{Client, ClientBuilder, ClientEvent, Runtime, SendError, Target};
+use keepwire_driver::{ClientBuilder, Runtime, SendError, Target};
 use keepwire_proto::{
     CloseReason, Config, Event, EvictReason, Failure, NodeId, NodeState, Phase, QuarantineCause,
     Reason, Sent, Unavailable,
 };
+use keepwire_tests::load::{Load, Recorder, Sample};
 use keepwire_tests::peers::{Behaviour, FullAcceptQueue, Peer, RefusingPort};
 use keepwire_tests::{
-    Task, send_held, sleep, spawn, test_config, test_on_every_runtime, until_read, within,
+    send_held, sleep, spawn, test_config, test_on_every_runtime, until_read, within,
 };
 
 /// The issue's bound: first success within 1.1 s of the server's return.
@@ -35,180 +35,6 @@ const TARGET: Duration = Duration::from_millis(1100);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long the "old" configuration is given to recover before the figure reads "none".
 const OLD_LIMIT: Duration = Duration::from_secs(12);
-
-// ---------------------------------------------------------------------------------------------
-// A steady load and an event recorder, both on the runtime under test.
-
-/// One request's end, on the runtime's clock.
-#[derive(Clone, Debug)]
-struct Sample {
-    /// Index into the load's targets.
-    target: usize,
-    sent_at: Instant,
-    done_at: Instant,
-    result: Result<(), SendError>,
-}
-
-/// Sends one request every `period`, to each target in turn, each from its own task, and
-/// records how each ended.
-struct Load {
-    stop: Arc<AtomicBool>,
-    outstanding: Arc<AtomicUsize>,
-    samples: Arc<Mutex<Vec<Sample>>>,
-    task: Task<()>,
-}
-
-impl Load {
-    fn start(
-        runtime: &Arc<dyn Runtime>,
-        client: &Client,
-        targets: Vec<Target>,
-        period: Duration,
-        timeout: Duration,
-    ) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let outstanding = Arc::new(AtomicUsize::new(0));
-        let samples = Arc::new(Mutex::new(Vec::new()));
-        let task = spawn(&**runtime, {
-            let (runtime, client) = (Arc::clone(runtime), client.clone());
-            let (stop, outstanding, samples) = (
-                Arc::clone(&stop),
-                Arc::clone(&outstanding),
-                Arc::clone(&samples),
-            );
-            async move {
-                let mut next = runtime.now();
-                for i in (0..targets.len()).cycle() {
-                    if stop.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    outstanding.fetch_add(1, Ordering::SeqCst);
-                    let (target, client, clock) =
-                        (targets[i], client.clone(), Arc::clone(&runtime));
-                    let (outstanding, samples) = (Arc::clone(&outstanding), Arc::clone(&samples));
-                    drop(spawn(&*runtime, async move {
-                        let sent_at = clock.now();
-                        let result = client.send(target, &b"ping"[..], timeout).await;
-                        let sample = Sample {
-                            target: i,
-                            sent_at,
-                            done_at: clock.now(),
-                            result: result.map(drop),
-                        };
-                        lock(&samples).push(sample);
-                        outstanding.fetch_sub(1, Ordering::SeqCst);
-                    }));
-                    next += period;
-                    keepwire_driver::sleep_until(&*runtime, next).await;
-                }
-            }
-        });
-        Self {
-            stop,
-            outstanding,
-            samples,
-            task,
-        }
-    }
-
-    /// The end of the first successful request that ended at or after `since`, waiting at most
-    /// `limit` for one; `None` if none came.
-    async fn first_success_after(
-        &self,
-        runtime: &dyn Runtime,
-        since: Instant,
-        limit: Duration,
-    ) -> Option<Duration> {
-        within(runtime, limit, async {
-            loop {
-                let first = lock(&self.samples)
-                    .iter()
-                    .filter(|s| s.result.is_ok() && s.done_at >= since)
-                    .map(|s| s.done_at - since)
-                    .min();
-                if let Some(first) = first {
-                    return first;
-                }
-                sleep(runtime, Duration::from_millis(5)).await;
-            }
-        })
-        .await
-    }
-
-    /// Stops sending, waits for every request to end (each has a deadline) and returns them.
-    async fn stop(self, runtime: &dyn Runtime) -> Vec<Sample> {
-        self.stop.store(true, Ordering::SeqCst);
-        self.task.join().await;
-        let ended = within(runtime, Duration::from_secs(10), async {
-            while self.outstanding.load(Ordering::SeqCst) > 0 {
-                sleep(runtime, Duration::from_millis(5)).await;
-            }
-        })
-        .await;
-        assert!(ended.is_some(), "every request ends by its deadline");
-        std::mem::take(&mut *lock(&self.samples))
-    }
-}
-
-/// Every pool event, stamped on the runtime's clock as it arrived.
-struct Recorder {
-    events: Arc<Mutex<Vec<(Instant, Event)>>>,
-    missed: Arc<AtomicUsize>,
-}
-
-impl Recorder {
-    fn start(runtime: &Arc<dyn Runtime>, client: &Client) -> Self {
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let missed = Arc::new(AtomicUsize::new(0));
-        let mut stream = client.subscribe();
-        drop(spawn(&**runtime, {
-            let (runtime, events, missed) = (
-                Arc::clone(runtime),
-                Arc::clone(&events),
-                Arc::clone(&missed),
-            );
-            async move {
-                while let Some(event) = stream.recv().await {
-                    match event {
-                        ClientEvent::Pool(event) => lock(&events).push((runtime.now(), event)),
-                        ClientEvent::Missed(n) => {
-                            missed.fetch_add(n as usize, Ordering::SeqCst);
-                        }
-                        _ => {}
-                    }
-                }
-            }
-        }));
-        Self { events, missed }
-    }
-
-    fn snapshot(&self) -> Vec<(Instant, Event)> {
-        let missed = self.missed.load(Ordering::SeqCst);
-        assert_eq!(missed, 0, "the recorder fell behind");
-        lock(&self.events).clone()
-    }
-
-    /// Waits, at most `limit`, until `done` holds for the events so far.
-    async fn until(
-        &self,
-        runtime: &dyn Runtime,
-        limit: Duration,
-        what: &str,
-        done: impl Fn(&[(Instant, Event)]) -> bool,
-    ) {
-        let reached = within(runtime, limit, async {
-            while !done(&lock(&self.events)) {
-                sleep(runtime, Duration::from_millis(5)).await;
-            }
-        })
-        .await;
-        assert!(reached.is_some(), "no {what} within {limit:?}");
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 fn quarantined(events: &[(Instant, Event)], node: NodeId) -> Option<Instant> {
     events.iter().find_map(|(t, e)| match e {
@@ -230,18 +56,6 @@ fn panics(events: &[(Instant, Event)]) -> Vec<(Instant, bool, usize, usize)> {
             _ => None,
         })
         .collect()
-}
-
-/// "tokio", "smol" or "async_std": the test's name starts with its runtime's module, and the
-/// test harness names each test's thread after it (the body runs on that thread).
-fn runtime_name() -> String {
-    let thread = std::thread::current();
-    let name = thread.name().unwrap_or("?");
-    name.split("::")
-        .next()
-        .unwrap_or(name)
-        .trim_start_matches("on_")
-        .to_owned()
 }
 
 fn figure(d: Option<Duration>) -> String {
@@ -318,7 +132,7 @@ async fn a_stalled_sole_server_serves_within_1_1_s_of_answering_again(runtime: A
     println!(
         "[{}] stall 3 s, 1 s timeouts: first success {} after the server answers again (old, panic \
          threshold 0: {old_notes}) vs {} (new: {new_notes})",
-        runtime_name(),
+        keepwire_tests::runtime_name(&*runtime),
         figure(old),
         figure(new)
     );
@@ -393,7 +207,7 @@ async fn a_killed_sole_server_serves_within_1_1_s_of_listening_again(runtime: Ar
     println!(
         "[{}] kill, restart after 2 s: first success {} after the server listens again (old, panic \
          threshold 0: {old_notes}) vs {} (new: {new_notes})",
-        runtime_name(),
+        keepwire_tests::runtime_name(&*runtime),
         figure(old),
         figure(new)
     );
@@ -533,7 +347,7 @@ async fn one_dead_node_of_ten_is_quarantined_and_probed_while_nine_serve(
         println!(
             "[{}] 1 of 10 dead ({name}): quarantined {:.3} s into the load, {}/200 served by the \
              other nine, probed {:.3} s after the quarantine, {} panic events",
-            runtime_name(),
+            keepwire_tests::runtime_name(&*runtime),
             r.quarantined_after.as_secs_f64(),
             r.served,
             r.probe_after.as_secs_f64(),
@@ -667,7 +481,7 @@ async fn six_of_ten_failing_at_once_put_the_pool_in_panic_mode_which_tries_them_
             "[{}] 6 of 10 dead ({name}): panic mode {:?} (healthy, admitted); in the 2.5 s after the \
              sixth quarantine {} connect attempts on {}/6 dead nodes, {} sends to them refused \
              as quarantined; {} failures on the four live nodes",
-            runtime_name(),
+            keepwire_tests::runtime_name(&*runtime),
             r.panic,
             r.attempts,
             r.attempted,
@@ -762,7 +576,7 @@ async fn unsent_requests_behind_a_failed_connection_are_served_by_the_other_node
         println!(
             "[{}] write timeout with 8 requests on the node ({name}): {}/8 served by the other node, \
              {} transparent retries; {} failed, {unsent} of them with nothing sent",
-            runtime_name(),
+            keepwire_tests::runtime_name(&*runtime),
             r.served,
             r.retries,
             r.failed.len()
