@@ -106,15 +106,15 @@ pub enum Target {
 ///
 /// # Names and heartbeats
 ///
-/// A node added as [`Endpoint::Name`] is never resolved by the pool: every
-/// [`Action::Open`] carries the name, and the adapter resolves it afresh for that attempt
-/// (never from an earlier attempt's answer), within the action's setup deadline. It tries the
-/// addresses in turn, reports the first that connects with
-/// [`handle_connected_to`](Self::handle_connected_to) (so [`node_addr`](Self::node_addr) says
-/// where the node is now), or, when every address failed, the last failure with
-/// [`handle_connect_failed`](Self::handle_connect_failed). A name that does not exist is
-/// [`Failure::NameNotFound`], a final failure (see [`CloseReason::is_final`]); any other
-/// resolver failure is [`Failure::ResolveFailed`], retried like a refused connect.
+/// A node added as [`Endpoint::Name`] is never resolved by the pool: every [`Action::Open`] carries
+/// the name, and the adapter resolves it afresh for that attempt (never from an earlier attempt's
+/// answer), within the action's setup deadline. It tries the addresses in turn, reports the first
+/// that connects with [`handle_connected_to`](Self::handle_connected_to) (so
+/// [`node_addr`](Self::node_addr) says where the node is now), or, when every address failed, the
+/// last failure with [`handle_connect_failed`](Self::handle_connect_failed). A name that does not
+/// exist is [`Failure::NameNotFound`](crate::Failure::NameNotFound), a final failure (see
+/// [`CloseReason::is_final`]); any other resolver failure is
+/// [`Failure::ResolveFailed`](crate::Failure::ResolveFailed), retried like a refused connect.
 ///
 /// With [`Config::heartbeat`], an [`Action::Heartbeat`] asks for a ping on an idle
 /// connection: the adapter encodes its protocol's ping for the given [`RequestId`] and hands

@@ -48,9 +48,9 @@ impl Pool {
     }
 
     /// The connect of `conn` failed: the TCP connect, or resolving the node's name
-    /// ([`Failure::NameNotFound`], final; [`Failure::ResolveFailed`], retryable). A final
-    /// failure ([`CloseReason::is_final`]) ends the requests waiting on the node at once and
-    /// backs the node off for [`Config::final_failure_backoff`].
+    /// ([`Failure::NameNotFound`], final; [`Failure::ResolveFailed`], retryable). A final failure
+    /// ([`CloseReason::is_final`]) ends the requests waiting on the node at once and backs the node
+    /// off for [`Config::final_failure_backoff`](crate::Config::final_failure_backoff).
     pub fn handle_connect_failed(
         &mut self,
         now: Instant,
@@ -82,9 +82,9 @@ impl Pool {
     }
 
     /// The application handshake on `conn` failed, and how. proto closes the connection.
-    /// [`HandshakeFailure::AuthRefused`] and [`HandshakeFailure::CertificateRejected`] are
-    /// final: the node enters `AuthFailed`, the requests waiting on it end at once and it backs
-    /// off for [`Config::final_failure_backoff`].
+    /// [`HandshakeFailure::AuthRefused`] and [`HandshakeFailure::CertificateRejected`] are final:
+    /// the node enters `AuthFailed`, the requests waiting on it end at once and it backs off for
+    /// [`Config::final_failure_backoff`](crate::Config::final_failure_backoff).
     ///
     /// Also taken once the connection is `Ready` (or `Closing`), after
     /// [`handle_handshake_done`](Self::handle_handshake_done): a TLS 1.3 server checks the
@@ -154,10 +154,10 @@ impl Pool {
 
     /// A response to `id` arrived on `conn` (a protocol whose responses carry the request's
     /// correlation id; see [`handle_next_response`](Self::handle_next_response) for in-order
-    /// protocols). A response for a request that is not in flight on that connection is a
-    /// protocol violation: proto closes the connection (an
-    /// [`Action::Close`] follows) and returns [`HandleError::UnknownRequest`]. A late response
-    /// to a request that already ended (deadline, cancel) is dropped quietly.
+    /// protocols). A response for a request that is not in flight on that connection is a protocol
+    /// violation: proto closes the connection (an [`Action::Close`](crate::Action::Close) follows)
+    /// and returns [`HandleError::UnknownRequest`]. A late response to a request that already ended
+    /// (deadline, cancel) is dropped quietly.
     pub fn handle_response(
         &mut self,
         now: Instant,
@@ -169,12 +169,13 @@ impl Pool {
     }
 
     /// A response arrived on `conn` for an in-order protocol (PostgreSQL, memcached, Redis,
-    /// HTTP/1.1): it answers the oldest request written on `conn` and not yet answered, which
-    /// is returned. A request that ended early (deadline, cancel) after a byte of it was
-    /// written keeps its place: its late response is consumed, counted
-    /// ([`Counters::late_responses`]) and dropped, and `Ok(None)` says so; it is never handed
-    /// to the request behind it. A response with nothing in flight closes the connection
-    /// ([`Violation::UnexpectedResponse`]; an [`Action::Close`] follows).
+    /// HTTP/1.1): it answers the oldest request written on `conn` and not yet answered, which is
+    /// returned. A request that ended early (deadline, cancel) after a byte of it was written keeps
+    /// its place: its late response is consumed, counted
+    /// ([`Counters::late_responses`](crate::Counters::late_responses)) and dropped, and `Ok(None)`
+    /// says so; it is never handed to the request behind it. A response with nothing in flight
+    /// closes the connection ([`Violation::UnexpectedResponse`]; an
+    /// [`Action::Close`](crate::Action::Close) follows).
     pub fn handle_next_response(
         &mut self,
         now: Instant,
@@ -187,9 +188,10 @@ impl Pool {
     }
 
     /// The adapter read from `conn` and handed every complete response to
-    /// [`handle_response`](Self::handle_response); `partial` says whether the start of
-    /// another one is still buffered. A response that keeps arriving for longer than
-    /// [`Config::frame_timeout`] closes the connection with [`Violation::TooSlow`].
+    /// [`handle_response`](Self::handle_response); `partial` says whether the start of another one
+    /// is still buffered. A response that keeps arriving for longer than
+    /// [`Config::frame_timeout`](crate::Config::frame_timeout) closes the connection with
+    /// [`Violation::TooSlow`].
     pub fn handle_received(
         &mut self,
         now: Instant,
@@ -227,7 +229,8 @@ impl Pool {
     }
 
     /// The peer on `conn` broke the protocol. proto closes that connection only (an
-    /// [`Action::Close`] follows); every request on it ends with [`CloseReason::Protocol`].
+    /// [`Action::Close`](crate::Action::Close) follows); every request on it ends with
+    /// [`CloseReason::Protocol`].
     pub fn handle_violation(
         &mut self,
         now: Instant,

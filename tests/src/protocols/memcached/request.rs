@@ -7,12 +7,13 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::{MAX_KEY_LEN, find_line};
 
-/// `get KEY`: [`Reply::Values`] with the value, or none on a miss.
+/// `get KEY`: [`Reply::Values`](super::Reply::Values) with the value, or none on a miss.
 pub fn get(key: impl AsRef<[u8]>) -> Bytes {
     command(&[b"get", key.as_ref()], None)
 }
 
-/// `get KEY KEY ...`: [`Reply::Values`] with the values found, in the order asked.
+/// `get KEY KEY ...`: [`Reply::Values`](super::Reply::Values) with the values found, in the order
+/// asked.
 pub fn get_many<K: AsRef<[u8]>>(keys: impl IntoIterator<Item = K>) -> Bytes {
     let mut line = BytesMut::from(&b"get"[..]);
     for key in keys {
@@ -23,7 +24,7 @@ pub fn get_many<K: AsRef<[u8]>>(keys: impl IntoIterator<Item = K>) -> Bytes {
     line.freeze()
 }
 
-/// `set KEY 0 0 LEN` and the value: [`Reply::Stored`].
+/// `set KEY 0 0 LEN` and the value: [`Reply::Stored`](super::Reply::Stored).
 pub fn set(key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Bytes {
     store("set", key, 0, 0, value)
 }
@@ -45,23 +46,25 @@ pub fn store(
     )
 }
 
-/// `incr KEY DELTA`: [`Reply::Number`] with the new value, or [`Reply::NotFound`].
+/// `incr KEY DELTA`: [`Reply::Number`](super::Reply::Number) with the new value, or
+/// [`Reply::NotFound`](super::Reply::NotFound).
 pub fn incr(key: impl AsRef<[u8]>, delta: u64) -> Bytes {
     command(&[b"incr", key.as_ref(), delta.to_string().as_bytes()], None)
 }
 
-/// `decr KEY DELTA`: [`Reply::Number`] with the new value (memcached stops at 0), or
-/// [`Reply::NotFound`].
+/// `decr KEY DELTA`: [`Reply::Number`](super::Reply::Number) with the new value (memcached stops at
+/// 0), or [`Reply::NotFound`](super::Reply::NotFound).
 pub fn decr(key: impl AsRef<[u8]>, delta: u64) -> Bytes {
     command(&[b"decr", key.as_ref(), delta.to_string().as_bytes()], None)
 }
 
-/// `delete KEY`: [`Reply::Deleted`] or [`Reply::NotFound`].
+/// `delete KEY`: [`Reply::Deleted`](super::Reply::Deleted) or
+/// [`Reply::NotFound`](super::Reply::NotFound).
 pub fn delete(key: impl AsRef<[u8]>) -> Bytes {
     command(&[b"delete", key.as_ref()], None)
 }
 
-/// `version`: [`Reply::Version`].
+/// `version`: [`Reply::Version`](super::Reply::Version).
 pub fn version() -> Bytes {
     Bytes::from_static(b"version\r\n")
 }
@@ -88,7 +91,7 @@ fn command(words: &[&[u8]], data: Option<&[u8]>) -> Bytes {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RequestError {
-    /// No `\r\n` ends the command line (within [`MAX_LINE`] bytes).
+    /// No `\r\n` ends the command line (within [`MAX_LINE`](super::MAX_LINE) bytes).
     Unterminated,
     /// A command this codec does not know (so it cannot tell where its answer ends).
     UnknownCommand(String),
