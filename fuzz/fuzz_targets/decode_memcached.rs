@@ -7,7 +7,8 @@ use libfuzzer_sys::fuzz_target;
 #[path = "../decoders.rs"]
 mod decoders;
 
-#[allow(dead_code, unreachable_pub, missing_docs)]
+// The request builders, re-exported for the tests crate, go unused here.
+#[allow(dead_code, unreachable_pub, missing_docs, unused_imports)]
 #[path = "../../tests/src/protocols/memcached.rs"]
 mod memcached;
 

@@ -48,6 +48,9 @@ use std::ops::Range;
 use bytes::{BufMut, Bytes, BytesMut};
 use keepwire_driver::{Codec, Correlation, Decoded, Decoder, EncodeError, Violation};
 
+// Named by path: the fuzz target `decode_memcached` includes this file with `#[path]`, which
+// would look for a plain `mod request;` beside it, not in `memcached/`.
+#[path = "memcached/request.rs"]
 mod request;
 
 pub use request::{
