@@ -1,6 +1,6 @@
-//! A steady load and an event recorder on the runtime under test, for the availability
-//! suites: requests sent on a fixed period and how each ended, and every pool event stamped on
-//! the runtime's clock as it arrived.
+//! A steady load and an event recorder on the runtime under test, for the availability suite
+//! on real sockets (`tests/real_availability.rs`): requests sent on a fixed period and how each
+//! ended, and every pool event stamped on the runtime's clock as it arrived.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
