@@ -408,7 +408,7 @@ impl Outbound {
     pub(crate) fn handed_frames(&self) -> Option<HandOut<'_>> {
         let bytes = self.handed?;
         Some(HandOut {
-            frames: &self.frames.items[self.frames.start..],
+            frames: self.frames.iter().as_slice(),
             bytes,
         })
     }
