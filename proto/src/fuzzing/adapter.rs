@@ -43,21 +43,22 @@ impl Session {
     }
 
     /// The next hand-out, its frames in `out`: through `poll_hand_out` (its bytes copied from
-    /// where the pool keeps them) every other time, else through `poll_transmit`. Either way
-    /// the bytes `handed_out` reads in place are the ones handed out.
+    /// where the pool keeps them) every other time, else through `poll_transmit`, whose
+    /// `Bytes` must be what `handed_out` reads in place. (A copy of what `handed_out` read
+    /// says nothing yet; it is checked against the pool again before its report.)
     fn next_hand_out(&mut self, out: &mut Vec<Bytes>) -> Option<ConnId> {
         self.hand_outs += 1;
-        let conn = if self.hand_outs % 2 == 0 {
+        if self.hand_outs % 2 == 0 {
             let conn = self.pool.poll_hand_out(self.batch)?;
             let frames = self.pool.handed_out(conn).expect("the hand-out just made");
             out.clear();
             out.extend(frames.map(Bytes::copy_from_slice));
-            conn
+            Some(conn)
         } else {
-            self.pool.poll_transmit(self.batch, out)?
-        };
-        self.assert_reads_in_place(conn, out);
-        Some(conn)
+            let conn = self.pool.poll_transmit(self.batch, out)?;
+            self.assert_reads_in_place(conn, out);
+            Some(conn)
+        }
     }
 
     /// What `handed_out` reads for `conn` is `bytes`, the hand-out the adapter holds.
