@@ -14,6 +14,23 @@ pub mod memcached;
 pub mod postgres;
 pub mod redis;
 
+/// Every response `decoder` cuts from `buf`, for the tests of an in-order codec (a tagged
+/// response is a bug there); stops at the first that is not complete yet.
+#[cfg(test)]
+fn decode_in_order(
+    decoder: &mut dyn keepwire_driver::Decoder,
+    buf: &mut bytes::BytesMut,
+) -> Result<Vec<bytes::Bytes>, keepwire_driver::Violation> {
+    let mut out = Vec::new();
+    while let Some(decoded) = decoder.decode(buf)? {
+        match decoded {
+            keepwire_driver::Decoded::Next(payload) => out.push(payload),
+            other => panic!("in order only: {other:?}"),
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     //! Mutated valid streams, fed in random chunks: the decoders and parsers answer with a

@@ -480,15 +480,13 @@ fn number(text: &[u8]) -> Result<i64, Malformed> {
 mod tests {
     use super::*;
 
+    /// Every reply the decoder cuts, parsed.
     fn decode_all(decoder: &mut dyn Decoder, buf: &mut BytesMut) -> Result<Vec<Reply>, Violation> {
-        let mut out = Vec::new();
-        while let Some(decoded) = decoder.decode(buf)? {
-            let Decoded::Next(payload) = decoded else {
-                panic!("in order only: {decoded:?}")
-            };
-            out.push(Reply::parse(&payload).expect("the decoder cuts whole values"));
-        }
-        Ok(out)
+        let payloads = crate::protocols::decode_in_order(decoder, buf)?;
+        Ok(payloads
+            .iter()
+            .map(|payload| Reply::parse(payload).expect("the decoder cuts whole values"))
+            .collect())
     }
 
     const STREAM: &[u8] = b"+OK\r\n-ERR wrong type\r\n:-12\r\n$5\r\nhe\r\no\r\n$0\r\n\r\n$-1\r\n\

@@ -1,4 +1,5 @@
 use super::*;
+use crate::protocols::decode_in_order;
 
 #[test]
 fn the_heartbeat_is_version_and_its_answer_one_line() {
@@ -8,23 +9,12 @@ fn the_heartbeat_is_version_and_its_answer_one_line() {
     assert_eq!(&wire[..], b"version\r\n");
     let mut decoder = codec.decoder();
     let mut answer = BytesMut::from(&b"VERSION 1.6.18\r\nSTORED\r\n"[..]);
-    let pong = decode_all(&mut *decoder, &mut answer).unwrap();
+    let pong = decode_in_order(&mut *decoder, &mut answer).unwrap();
     assert_eq!(pong.len(), 2, "the ping's answer, then the next request's");
     assert_eq!(
         Reply::parse(&pong[0]).unwrap(),
         Reply::Version(Bytes::from_static(b"1.6.18"))
     );
-}
-
-fn decode_all(decoder: &mut dyn Decoder, buf: &mut BytesMut) -> Result<Vec<Bytes>, Violation> {
-    let mut out = Vec::new();
-    while let Some(decoded) = decoder.decode(buf)? {
-        match decoded {
-            Decoded::Next(payload) => out.push(payload),
-            other => panic!("in order only: {other:?}"),
-        }
-    }
-    Ok(out)
 }
 
 const ANSWERS: &[u8] = b"STORED\r\nVALUE k 5 3 77\r\nabc\r\nVALUE k2 0 0\r\n\r\nEND\r\n\
@@ -64,7 +54,7 @@ fn expected() -> Vec<Reply> {
 
 #[test]
 fn answers_are_cut_alike_whole_and_byte_by_byte() {
-    let whole = decode_all(
+    let whole = decode_in_order(
         &mut *Memcached::new().decoder(),
         &mut BytesMut::from(ANSWERS),
     )
@@ -77,7 +67,7 @@ fn answers_are_cut_alike_whole_and_byte_by_byte() {
     let mut bytewise = Vec::new();
     for &b in ANSWERS {
         buf.put_u8(b);
-        bytewise.extend(decode_all(&mut *decoder, &mut buf).unwrap());
+        bytewise.extend(decode_in_order(&mut *decoder, &mut buf).unwrap());
     }
     assert_eq!(bytewise, whole);
     assert!(buf.is_empty());
@@ -109,11 +99,11 @@ fn garbage_is_a_typed_violation() {
     ];
     for (input, violation) in cases {
         let mut decoder = Memcached::new().decoder();
-        let got = decode_all(&mut *decoder, &mut BytesMut::from(*input));
+        let got = decode_in_order(&mut *decoder, &mut BytesMut::from(*input));
         assert_eq!(got, Err(*violation), "{:?}", String::from_utf8_lossy(input));
     }
     let endless = vec![b'1'; MAX_LINE + 2];
-    let got = decode_all(
+    let got = decode_in_order(
         &mut *Memcached::new().decoder(),
         &mut BytesMut::from(&endless[..]),
     );
@@ -129,7 +119,7 @@ fn a_response_past_the_limit_is_refused() {
         buf.extend_from_slice(&[b'x'; 60]);
         buf.extend_from_slice(b"\r\n");
     }
-    let got = decode_all(&mut *codec.decoder(), &mut buf);
+    let got = decode_in_order(&mut *codec.decoder(), &mut buf);
     assert!(
         matches!(got, Err(Violation::FrameTooLong { max: 150, .. })),
         "{got:?}"
@@ -156,7 +146,7 @@ fn a_value_past_the_response_limit_is_refused_from_its_header() {
     let mut buf = BytesMut::from(&b"VALUE a 0 90\r\n"[..]);
     buf.extend_from_slice(&[b'x'; 90]);
     buf.extend_from_slice(b"\r\nVALUE b 0 90\r\n"); // header only: 90 bytes announced
-    let got = decode_all(&mut *codec.decoder(), &mut buf);
+    let got = decode_in_order(&mut *codec.decoder(), &mut buf);
     assert_eq!(got, Err(Violation::FrameTooLong { len: 212, max: 150 }));
 }
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::protocols::decode_in_order;
 
 fn msg(ty: u8, body: &[u8]) -> Vec<u8> {
     let mut m = vec![ty];
@@ -91,21 +92,10 @@ fn stream() -> Vec<u8> {
     .concat()
 }
 
-fn decode_all(decoder: &mut dyn Decoder, buf: &mut BytesMut) -> Result<Vec<Bytes>, Violation> {
-    let mut out = Vec::new();
-    while let Some(decoded) = decoder.decode(buf)? {
-        match decoded {
-            Decoded::Next(payload) => out.push(payload),
-            other => panic!("in order only: {other:?}"),
-        }
-    }
-    Ok(out)
-}
-
 #[test]
 fn responses_are_cut_alike_whole_and_byte_by_byte() {
     let wire = stream();
-    let whole = decode_all(
+    let whole = decode_in_order(
         &mut *Postgres::new().decoder(),
         &mut BytesMut::from(&wire[..]),
     )
@@ -116,7 +106,7 @@ fn responses_are_cut_alike_whole_and_byte_by_byte() {
     let mut bytewise = Vec::new();
     for &b in &wire {
         buf.put_u8(b);
-        bytewise.extend(decode_all(&mut *decoder, &mut buf).unwrap());
+        bytewise.extend(decode_in_order(&mut *decoder, &mut buf).unwrap());
     }
     assert_eq!(bytewise, whole);
     assert!(buf.is_empty());
@@ -151,7 +141,7 @@ fn a_slow_query_leaves_no_partial_bytes_between_messages() {
     assert_eq!(decoder.decode(&mut buf), Ok(None));
     assert!(buf.is_empty());
     buf.extend_from_slice(&[data_row(&[Some("")]), complete("SELECT 1"), ready(b'I')].concat());
-    let got = decode_all(&mut *decoder, &mut buf).unwrap();
+    let got = decode_in_order(&mut *decoder, &mut buf).unwrap();
     assert_eq!(Response::parse(&got[0]).unwrap().results[0].tag, "SELECT 1");
 }
 
@@ -176,7 +166,7 @@ fn garbage_is_a_typed_violation() {
         ),
     ];
     for (input, violation) in cases {
-        let got = decode_all(
+        let got = decode_in_order(
             &mut *Postgres::new().decoder(),
             &mut BytesMut::from(&input[..]),
         );
@@ -187,7 +177,7 @@ fn garbage_is_a_typed_violation() {
     for _ in 0..4 {
         buf.extend_from_slice(&data_row(&[Some(&"x".repeat(40))]));
     }
-    let got = decode_all(&mut *Postgres::with_limits(100, 150).decoder(), &mut buf);
+    let got = decode_in_order(&mut *Postgres::with_limits(100, 150).decoder(), &mut buf);
     assert!(
         matches!(got, Err(Violation::FrameTooLong { max: 150, .. })),
         "{got:?}"
