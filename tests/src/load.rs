@@ -26,19 +26,12 @@ pub struct Sample {
 
 /// Sends one request every `period`, to each target in turn, each from its own task, and
 /// records how each ended.
+#[derive(Debug)]
 pub struct Load {
     stop: Arc<AtomicBool>,
     outstanding: Arc<AtomicUsize>,
     samples: Arc<Mutex<Vec<Sample>>>,
     task: Task<()>,
-}
-
-impl std::fmt::Debug for Load {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Load")
-            .field("outstanding", &self.outstanding)
-            .finish_non_exhaustive()
-    }
 }
 
 impl Load {
