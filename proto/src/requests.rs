@@ -140,10 +140,7 @@ mod tests {
 
     fn request() -> Request {
         Request {
-            node: NodeId {
-                index: 0,
-                generation: 0,
-            },
+            node: NodeId::new(0, 0),
             deadline: Instant::ZERO,
             stage: Stage::Queued { seq: 0 },
             retried: false,

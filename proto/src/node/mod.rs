@@ -344,13 +344,13 @@ impl Node {
     pub(crate) fn touch(&mut self, index: &mut crate::select::SelectIndex) {
         // The mark is a copy of the index's own, kept here for speed: the two must agree.
         debug_assert!(
-            !self.listed || index.is_touched(self.id.index),
+            !self.listed || index.is_touched(self.id.slot()),
             "{:?} marked as listed but not in the index's touched slots",
             self.id
         );
         if !self.listed {
             self.listed = true;
-            index.touch(self.id.index);
+            index.touch(self.id.slot());
         }
     }
 
@@ -583,10 +583,7 @@ mod tests {
 
     /// A node with a ready connection, built by hand so a check can be shown a broken state.
     fn ready_node(requests: usize, heartbeat: Option<RequestId>) -> Node {
-        let id = NodeId {
-            index: 0,
-            generation: 0,
-        };
+        let id = NodeId::new(0, 0);
         let mut node = Node::new(id, SocketAddr::from(([127, 0, 0, 1], 9000)).into());
         node.state = NodeState::Ready;
         node.conn = Some(Conn {

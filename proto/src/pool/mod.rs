@@ -206,10 +206,7 @@ impl Pool {
             }
         };
         let slot = &mut self.nodes[index as usize];
-        let id = NodeId {
-            index,
-            generation: slot.generation,
-        };
+        let id = NodeId::new(index, slot.generation);
         let node = Node::new(id, endpoint);
         self.shared.census.add(node.census());
         self.index
@@ -228,8 +225,8 @@ impl Pool {
         let slot = &mut self.nodes[node.index()];
         slot.node = None;
         slot.generation = slot.generation.wrapping_add(1);
-        self.free_nodes.push(node.index);
-        self.index.place(node.index, Placement::OUT);
+        self.free_nodes.push(node.slot());
+        self.index.place(node.slot(), Placement::OUT);
         Ok(())
     }
 

@@ -23,7 +23,7 @@ pub(super) trait HeapKey: Copy + Ord {
 
 impl HeapKey for (NodeId, NodeTimer) {
     fn cell(self) -> usize {
-        self.0.index as usize * NodeTimer::ALL.len() + self.1 as usize
+        self.0.index() * NodeTimer::ALL.len() + self.1 as usize
     }
 }
 

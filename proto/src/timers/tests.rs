@@ -37,10 +37,7 @@ fn pop_checked(heap: &mut TimerHeap, model: &mut Vec<(Instant, TimerKey)>, at: &
 
 #[test]
 fn equal_instants_fire_node_timers_first_then_requests_as_scheduled() {
-    let node = NodeId {
-        index: 0,
-        generation: 0,
-    };
+    let node = NodeId::new(0, 0);
     let request = |slot: u32| TimerKey::Request(RequestId::new(slot, 0));
     let mut heap = TimerHeap::default();
     let at = Instant::from_secs(5);
@@ -71,10 +68,7 @@ fn equal_instants_fire_node_timers_first_then_requests_as_scheduled() {
 
 #[test]
 fn heap_pops_earliest_first() {
-    let node = NodeId {
-        index: 0,
-        generation: 0,
-    };
+    let node = NodeId::new(0, 0);
     let mut h = TimerHeap::default();
     h.schedule(
         Instant::from_secs(3),
@@ -93,7 +87,7 @@ fn heap_pops_earliest_first() {
 /// The slot a key's entry occupies: one entry per node timer and per request slot.
 fn slot(key: TimerKey) -> (u8, u32, u8) {
     match key {
-        TimerKey::Node(node, timer) => (0, node.index, timer as u8),
+        TimerKey::Node(node, timer) => (0, node.slot(), timer as u8),
         TimerKey::Request(id) => (1, id.slot() as u32, 0),
     }
 }
@@ -103,10 +97,7 @@ fn slot(key: TimerKey) -> (u8, u32, u8) {
 fn some_key(x: u64) -> TimerKey {
     let generation = (x >> 8) as u32 % 2;
     if x % 3 == 0 {
-        let node = NodeId {
-            index: (x >> 16) as u32 % 5,
-            generation,
-        };
+        let node = NodeId::new((x >> 16) as u32 % 5, generation);
         TimerKey::Node(
             node,
             NodeTimer::ALL[(x >> 24) as usize % NodeTimer::ALL.len()],
@@ -380,10 +371,7 @@ fn an_early_stack_ended_from_below_its_top_is_compacted_and_keeps_its_order() {
 #[test]
 fn an_entry_cancelled_from_the_middle_is_replaced_from_the_holes_own_children() {
     let key = |n: u32| {
-        let node = NodeId {
-            index: n,
-            generation: 0,
-        };
+        let node = NodeId::new(n, 0);
         TimerKey::Node(node, NodeTimer::Setup)
     };
     // A heap laid out in array order (each entry no earlier than its parent stays where it is
