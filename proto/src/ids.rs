@@ -167,6 +167,9 @@ mod tests {
             node: NodeId::new(3, 1),
             generation: 9,
         };
-        assert_eq!(format!("{conn:?} / {conn}"), "conn3.1/9 / connection 9 of node 3");
+        assert_eq!(
+            format!("{conn:?} / {conn}"),
+            "conn3.1/9 / connection 9 of node 3"
+        );
     }
 }
