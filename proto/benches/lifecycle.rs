@@ -162,6 +162,17 @@ fn thread_cpu() -> Duration {
     Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
+/// `LIFECYCLE_TRACE=N`: runs `N` lifecycles with nothing pending and exits, for a tracer too
+/// slow for criterion's runs (`scripts/forwarding.sh`).
+fn trace_only(requests: usize) -> ! {
+    let (mut pool, node, _, now) = busy_pool(0);
+    let mut bufs = Vec::with_capacity(16);
+    for _ in 0..requests {
+        keepwire_once(&mut pool, node, now, &mut bufs);
+    }
+    std::process::exit(0)
+}
+
 /// Whether to run the size `n`: `LIFECYCLE_SIZE=1000` (say) runs that size of each group
 /// alone, for a profiler.
 fn chosen(n: usize) -> bool {
@@ -171,6 +182,12 @@ fn chosen(n: usize) -> bool {
 }
 
 fn lifecycle(c: &mut Criterion) {
+    if let Some(requests) = std::env::var("LIFECYCLE_TRACE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        trace_only(requests);
+    }
     let mut group = c.benchmark_group("request_lifecycle");
     for pending in [0usize, 1_000, 100_000] {
         if !chosen(pending) {
