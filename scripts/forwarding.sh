@@ -60,7 +60,7 @@ where() {
 }
 tail -n +2 "$work/sites" | while read -r n load store; do
   [ "$n" -ge "$requests" ] || continue
-  printf '%.2f per request\n  load  %s: %s\n  store %s: %s\n' \
-    "$(echo "$n / $requests" | bc -l)" "$load" "$(where "$load" | cut -c1-300)" \
-    "$store" "$(where "$store" | cut -c1-300)"
+  printf '%s per request\n  load  %s: %s\n  store %s: %s\n' \
+    "$(awk -v n="$n" -v r="$requests" 'BEGIN { printf "%.2f", n / r }')" \
+    "$load" "$(where "$load" | cut -c1-300)" "$store" "$(where "$store" | cut -c1-300)"
 done
