@@ -157,6 +157,15 @@ mod tests {
     }
 
     #[test]
+    fn a_request_id_is_its_generation_above_its_slot() {
+        let id = RequestId::new(3, 7);
+        assert_eq!((id.slot(), id.index(), id.generation()), (3, 3, 7));
+        assert_eq!(id.as_u64(), (7 << 32) | 3);
+        assert_eq!(RequestId::from_u64(id.as_u64()), id);
+        assert_eq!(format!("{id:?} / {id}"), "req3.7 / request 3.7");
+    }
+
+    #[test]
     fn a_connection_handle_stays_twelve_bytes() {
         // What `poll_transmit` and `poll_hand_out` return: the node written and read as one
         // 8-byte word (see `NodeId`), without growing the handle or its option.
