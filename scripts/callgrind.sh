@@ -48,15 +48,23 @@ executed_instructions() {
     END { for (a in ran) printf "%.0f %.0f\n", a, ran[a] }' "$1"
 }
 
-# The client bench's binary, into bin: $CLIENT_BENCH if set, else the one cargo builds.
-client_bench() {
-  bin=${CLIENT_BENCH:-}
+# A bench's binary, into bin: the path in the variable named $3 if it is set, else the one
+# cargo builds for the bench $2 of the package $1.
+bench_binary() {
+  bin=${!3:-}
   if [ -z "$bin" ]; then
-    bin=$(cargo bench -p keepwire-benches --bench client --no-run --message-format=json \
-      2>/dev/null | sed -n 's/.*"executable":"\([^"]*client-[^"]*\)".*/\1/p' | tail -1)
+    bin=$(cargo bench -p "$1" --bench "$2" --no-run --message-format=json 2>/dev/null |
+      sed -n 's/.*"executable":"\([^"]*\/'"$2"'-[^"]*\)".*/\1/p' | tail -1)
   fi
-  [ -x "$bin" ] || { echo "no client benchmark binary at '$bin'" >&2; exit 1; }
+  [ -x "$bin" ] || { echo "no $2 benchmark binary at '$bin'" >&2; exit 1; }
 }
+
+# The client bench's binary, into bin: $CLIENT_BENCH if set, else the one cargo builds.
+client_bench() { bench_binary keepwire-benches client CLIENT_BENCH; }
+
+# proto's lifecycle bench's binary, into bin: $LIFECYCLE_BENCH if set, else the one cargo
+# builds.
+lifecycle_bench() { bench_binary keepwire-proto lifecycle LIFECYCLE_BENCH; }
 
 # For the scripts that run one cell of the client bench (`benches/client/`): reads their
 # arguments, [RUNTIME] [IN_FLIGHT] [CLIENT] [SIZE], into rt (default ct), in_flight (1),

@@ -24,11 +24,7 @@ rustc -O --edition 2021 scripts/forwarding.rs -o "$work/forwarding"
 
 case $what in
   lifecycle)
-    bin=${LIFECYCLE_BENCH:-}
-    if [ -z "$bin" ]; then
-      bin=$(cargo bench -p keepwire-proto --bench lifecycle --no-run --message-format=json \
-        2>/dev/null | sed -n 's/.*"executable":"\([^"]*lifecycle[^"]*\)".*/\1/p' | tail -1)
-    fi
+    lifecycle_bench
     requests=20000
     export LIFECYCLE_TRACE=$requests
     run=("$bin" --bench)
@@ -46,7 +42,11 @@ valgrind --tool=lackey --trace-mem=yes --log-fd=9 "${run[@]}" 9>&1 >"$work/out" 
 if [ "$what" = client ]; then
   # The bench's row (A, B and C's req/s in its fifth to seventh fields): the client's
   # requests per second over the 1 s run are the requests the trace saw.
-  column=$((5 + $(printf '%d' "'$client") - 65))
+  case $client in
+    A) column=5 ;;
+    B) column=6 ;;
+    *) column=7 ;;
+  esac
   requests=$(awk -F'|' -v c="$column" '/^\| (tokio|smol)/ { gsub(/ /, "", $c); print $c; exit }' \
     "$work/out")
 fi

@@ -5,18 +5,15 @@
 # instructions spent in one step's function by the calls of `Pool::submit` (one per step).
 #
 # Usage: scripts/instructions.sh [BENCH_BINARY]
-#   BENCH_BINARY  a built lifecycle benchmark (default: build it and take cargo's)
+#   BENCH_BINARY  a built lifecycle benchmark (default: $LIFECYCLE_BENCH, else build it and
+#                 take cargo's)
 # Needs valgrind (callgrind_annotate comes with it). Takes about 1.5 min.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/callgrind.sh
 
-bin=${1:-}
-if [ -z "$bin" ]; then
-  bin=$(cargo bench -p keepwire-proto --bench lifecycle --no-run --message-format=json 2>/dev/null |
-    sed -n 's/.*"executable":"\([^"]*lifecycle[^"]*\)".*/\1/p' | tail -1)
-fi
-[ -x "$bin" ] || { echo "no lifecycle benchmark binary at '$bin'" >&2; exit 1; }
+LIFECYCLE_BENCH=${1:-${LIFECYCLE_BENCH:-}}
+lifecycle_bench
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
