@@ -148,6 +148,8 @@ mod tests {
     #[test]
     fn a_node_handle_is_its_slot_then_its_generation() {
         let id = NodeId::new(7, u32::MAX);
+        // One word, which the pool stores and a caller loads whole (see `NodeId`).
+        assert_eq!({ id.0 }, (7 << 32) | u64::from(u32::MAX));
         assert_eq!((id.index(), id.slot(), id.generation()), (7, 7, u32::MAX));
         assert_eq!(format!("{id:?} / {id}"), "node7.4294967295 / node 7");
         // The order the derive gave the two fields before they shared a word: slot first.
@@ -167,8 +169,9 @@ mod tests {
 
     #[test]
     fn a_connection_handle_stays_twelve_bytes() {
-        // What `poll_transmit` and `poll_hand_out` return: the node written and read as one
-        // 8-byte word (see `NodeId`), without growing the handle or its option.
+        // What `poll_transmit` and `poll_hand_out` return: the node as one word (the test
+        // above) did not grow the handle or its option. That the word is stored and loaded
+        // whole is the compiler's doing: `scripts/forwarding.sh lifecycle` shows it.
         assert_eq!(align_of::<NodeId>(), 4);
         assert_eq!(size_of::<ConnId>(), 12);
         assert_eq!(size_of::<Option<ConnId>>(), 16);
