@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The loads on a request's path that the store buffer cannot forward (a wide load of data
 # just written by narrower stores), found in a memory trace of valgrind's lackey by
-# `scripts/forwarding.rs`. Each costs about 5 ns on the development machine when the code
+# `scripts/forwarding.rs`. Each costs about 5 ns on this machine (`cost`, below) when the code
 # after it waits for it, whatever the instruction count (BENCHMARKS.md, "A load the store
 # buffer cannot forward").
 #
-# Usage: scripts/forwarding.sh lifecycle           proto's lifecycle bench, nothing pending
+# Usage: scripts/forwarding.sh cost                what one such stall costs on this machine
+#                                                  (`scripts/forwarding_cost.rs`; no valgrind)
+#        scripts/forwarding.sh lifecycle           proto's lifecycle bench, nothing pending
 #        scripts/forwarding.sh client [RUNTIME] [IN_FLIGHT] [CLIENT] [SIZE]
 #                                                  one cell of the client bench (as
 #                                                  scripts/client-instructions.sh; 1 s)
@@ -20,6 +22,11 @@ what=${1:-lifecycle}
 shift || true
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+if [ "$what" = cost ]; then
+  rustc -O --edition 2021 scripts/forwarding_cost.rs -o "$work/cost"
+  "$work/cost"
+  exit
+fi
 rustc -O --edition 2021 scripts/forwarding.rs -o "$work/forwarding"
 
 case $what in
@@ -34,7 +41,7 @@ case $what in
     run=("$bin" --bench rt="$rt" size="$size" inflight="$in_flight" clients="$client" rounds=1
       ms=1000)
     ;;
-  *) echo "usage: $0 lifecycle | client [RUNTIME] [IN_FLIGHT] [CLIENT] [SIZE]" >&2; exit 2 ;;
+  *) echo "usage: $0 cost | lifecycle | client [RUNTIME] [IN_FLIGHT] [CLIENT] [SIZE]" >&2; exit 2 ;;
 esac
 
 valgrind --tool=lackey --trace-mem=yes --log-fd=9 "${run[@]}" 9>&1 >"$work/out" 2>/dev/null |
