@@ -31,9 +31,13 @@
 //! its own, answers one request on each and leaves them idle beside the busy one while the
 //! callers run: what a client with many nodes, few of them busy, pays for the quiet ones.
 //!
+//! `latency=1` adds a table of the 1-in-flight cells' round trips per client (mean, p10, p50,
+//! p90, p99; medians over rounds): whether a gap in the rate is a shift of every request or a
+//! tail of slow ones.
+//!
 //! Arguments (after `--`) pick a part: `rt=ct,mt,smol size=64,16384 inflight=1,64
-//! clients=A,B,C rounds=5 ms=400 idle=0`. The same keys are read from `KEEPWIRE_BENCH_<KEY>`
-//! (e.g. `KEEPWIRE_BENCH_ROUNDS=9`).
+//! clients=A,B,C rounds=5 ms=400 idle=0 latency=0`. The same keys are read from
+//! `KEEPWIRE_BENCH_<KEY>` (e.g. `KEEPWIRE_BENCH_ROUNDS=9`).
 #![allow(missing_docs)]
 #![allow(unsafe_code)] // the counting allocator and getrusage (the two support modules), and nothing else
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -110,7 +114,31 @@ struct Run {
     /// The process's CPU time per request (the echo server's share is the same for every
     /// client): less sensitive than the rate to other work on the machine.
     cpu: Duration,
-    p50: Option<Duration>,
+    /// At 1 in flight: where one request's round trip falls.
+    latency: Option<Latency>,
+}
+
+/// One run's round trips at 1 in flight.
+#[derive(Clone, Copy, Debug)]
+struct Latency {
+    mean: Duration,
+    /// Percentiles 10, 50, 90 and 99.
+    percentiles: [Duration; 4],
+}
+
+impl Latency {
+    const PERCENTILES: [usize; 4] = [10, 50, 90, 99];
+
+    /// Of nanoseconds, sorted.
+    fn of(sorted: &[u64]) -> Option<Self> {
+        let total: u64 = sorted.iter().sum();
+        let mean = total.checked_div(sorted.len() as u64)?;
+        Some(Self {
+            mean: Duration::from_nanos(mean),
+            percentiles: Self::PERCENTILES
+                .map(|p| Duration::from_nanos(sorted[sorted.len() * p / 100])),
+        })
+    }
 }
 
 struct Options {
@@ -121,6 +149,8 @@ struct Options {
     rounds: usize,
     phase: Duration,
     idle: usize,
+    /// `latency=1`: a second table of the 1-in-flight cells' round trips.
+    latency: bool,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -145,6 +175,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         load_average()
     );
     let mut lines = Vec::new();
+    let mut latency_lines = Vec::new();
     for &flavour in &options.flavours {
         for &payload in &options.sizes {
             for &in_flight in &options.in_flight {
@@ -180,6 +211,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let line = summary(cell, kinds, &runs);
                 eprintln!("\n{line}");
                 lines.push(line);
+                if options.latency && in_flight == 1 {
+                    latency_lines.extend(latency_summary(cell, kinds, &runs));
+                }
             }
         }
     }
@@ -191,7 +225,56 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for line in lines {
         println!("{line}");
     }
+    if !latency_lines.is_empty() {
+        println!();
+        println!("| runtime | payload | client | mean | p10 | p50 | p90 | p99 |");
+        println!("|---|---:|---|---:|---:|---:|---:|---:|");
+        for line in latency_lines {
+            println!("{line}");
+        }
+    }
     Ok(())
+}
+
+/// Rows of the latency table for a 1-in-flight cell, one per client: medians over rounds.
+fn latency_summary(cell: Cell, kinds: &[Kind], runs: &[Vec<Run>]) -> Vec<String> {
+    kinds
+        .iter()
+        .zip(runs)
+        .map(|(kind, runs)| {
+            // Columns: the mean, then the percentiles.
+            let columns = |l: &Latency| {
+                let [p10, p50, p90, p99] = l.percentiles;
+                [l.mean, p10, p50, p90, p99]
+            };
+            let cells = (0..5).map(|column| {
+                let mut values: Vec<f64> = runs
+                    .iter()
+                    .filter_map(|r| r.latency.as_ref())
+                    .map(|l| columns(l)[column].as_secs_f64() * 1e6)
+                    .collect();
+                if values.is_empty() {
+                    " — |".to_owned()
+                } else {
+                    format!(" {:.2} µs |", median_of(&mut values))
+                }
+            });
+            format!(
+                "| {} | {} | {kind:?} |{}",
+                cell.flavour.name(),
+                size_name(cell.payload),
+                cells.collect::<String>()
+            )
+        })
+        .collect()
+}
+
+fn size_name(payload: usize) -> String {
+    if payload >= 1024 {
+        format!("{} KiB", payload / 1024)
+    } else {
+        format!("{payload} B")
+    }
 }
 
 /// One table row: medians over rounds, ratios as the median of per-round ratios.
@@ -213,7 +296,10 @@ fn summary(cell: Cell, kinds: &[Kind], runs: &[Vec<Run>]) -> String {
             .map_or("—".to_owned(), |r| {
                 format!(
                     "{:.1} µs",
-                    median(r, |r| r.p50.unwrap_or_default().as_secs_f64() * 1e6)
+                    median(r, |r| {
+                        r.latency
+                            .map_or(0.0, |l| l.percentiles[1].as_secs_f64() * 1e6)
+                    })
                 )
             })
     };
@@ -229,14 +315,10 @@ fn summary(cell: Cell, kinds: &[Kind], runs: &[Vec<Run>]) -> String {
         }
         _ => "—".to_owned(),
     };
-    let size = if cell.payload >= 1024 {
-        format!("{} KiB", cell.payload / 1024)
-    } else {
-        format!("{} B", cell.payload)
-    };
     format!(
-        "| {} | {size} | {} | {} | {} | {} | {} | {} | {} / {} / {} | {} / {} / {} | {} / {} / {} |",
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} | {} / {} / {} | {} / {} / {} |",
         cell.flavour.name(),
+        size_name(cell.payload),
         cell.in_flight,
         rate(Kind::A),
         rate(Kind::B),
@@ -278,7 +360,9 @@ fn load_average() -> String {
 
 fn options() -> Result<Options, String> {
     let mut given: HashMap<String, String> = HashMap::new();
-    for key in ["rt", "size", "inflight", "clients", "rounds", "ms", "idle"] {
+    for key in [
+        "rt", "size", "inflight", "clients", "rounds", "ms", "idle", "latency",
+    ] {
         if let Ok(value) = std::env::var(format!("KEEPWIRE_BENCH_{}", key.to_uppercase())) {
             given.insert(key.to_owned(), value);
         }
@@ -335,6 +419,7 @@ fn options() -> Result<Options, String> {
         rounds: number(&list("rounds", "5")[0])?.max(1),
         phase: Duration::from_millis(number(&list("ms", "400")[0])? as u64),
         idle: number(&list("idle", "0")[0])?,
+        latency: number(&list("latency", "0")[0])? != 0,
     })
 }
 
@@ -405,9 +490,7 @@ async fn measure(caller: &impl Caller, exec: &impl Exec, cell: Cell, phase: Dura
         rate: done as f64 / elapsed.as_secs_f64(),
         allocations: allocations as f64 / done.max(1) as f64,
         cpu: cpu / u32::try_from(done.max(1)).unwrap_or(u32::MAX),
-        p50: latencies
-            .get(latencies.len() / 2)
-            .map(|n| Duration::from_nanos(*n)),
+        latency: Latency::of(&latencies),
     }
 }
 
