@@ -25,7 +25,7 @@
 //! every round, and the table gives medians over rounds: throughput, allocations per request,
 //! the process's CPU time per request (the echo server's included, the same for every client;
 //! steadier than throughput on a busy machine), p50 latency (1 in flight) and the median of
-//! the per-round ratios.
+//! the per-round ratios (to three decimals, so that a bar of ×1.00 can tell ×0.996 from it).
 //!
 //! `idle=N` (0 unless given) opens N more connections per client, each to an echo server of
 //! its own, answers one request on each and leaves them idle beside the busy one while the
@@ -311,7 +311,7 @@ fn summary(cell: Cell, kinds: &[Kind], runs: &[Vec<Run>]) -> String {
     let ratio = |other| match (of(Kind::A), of(other)) {
         (Some(a), Some(o)) => {
             let mut ratios: Vec<f64> = a.iter().zip(o).map(|(a, o)| a.rate / o.rate).collect();
-            format!("×{:.2}", median_of(&mut ratios))
+            format!("×{:.3}", median_of(&mut ratios))
         }
         _ => "—".to_owned(),
     };
