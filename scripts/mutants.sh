@@ -35,6 +35,11 @@
 # mutants-equivalent.txt does not explain.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each job builds its mutant in a copy of the tree with that copy's own target directory. A
+# CARGO_TARGET_DIR from the environment would make every job build into one: with two jobs,
+# a mutant's tests then ran another mutant's build (or the unmutated one), and the report
+# said "missed" for mutants the tests catch.
+unset CARGO_TARGET_DIR
 
 if [ -z "${MUTANTS_REPORT_ONLY:-}" ] && ! command -v cargo-mutants >/dev/null 2>&1; then
   cargo install cargo-mutants --locked
