@@ -76,7 +76,8 @@ impl From<SocketAddr> for Endpoint {
 }
 
 /// `"10.0.0.1:5432"` and `"[::1]:5432"` give [`Endpoint::Addr`]; `"db.example:5432"` gives
-/// [`Endpoint::Name`] (checked as [`Endpoint::name`] checks it).
+/// [`Endpoint::Name`] (checked as [`Endpoint::name`] checks it). The port is decimal digits
+/// only, as in an address (`"db.example:+80"` is refused, as `"10.0.0.1:+80"` is).
 impl FromStr for Endpoint {
     type Err = EndpointError;
 
@@ -85,11 +86,13 @@ impl FromStr for Endpoint {
             return Ok(Self::Addr(addr));
         }
         let (host, port) = s.rsplit_once(':').ok_or(EndpointError::NoPort)?;
-        let port = port.parse::<u16>().map_err(|_| EndpointError::BadPort)?;
-        if host.parse::<IpAddr>().is_ok() || host.starts_with('[') {
-            // An IPv6 address without brackets, or brackets around something else.
-            return Err(EndpointError::BadHost);
+        if !port.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(EndpointError::BadPort); // `u16`'s parse takes a leading `+`
         }
+        let port = port.parse::<u16>().map_err(|_| EndpointError::BadPort)?;
+        // An IP host with a good port parsed as an address above; what is left of IP hosts,
+        // an IPv6 address without brackets, or brackets around anything, fails as a name (no
+        // `:` or `[` in a label).
         check_host(host)?;
         Ok(Self::Name {
             host: Arc::from(host),
@@ -195,14 +198,17 @@ mod tests {
     #[test]
     fn bad_strings_and_names_are_refused_with_a_typed_error() {
         let long = "a.".repeat(127) + "ab"; // 256 characters
-        let cases: [(String, EndpointError); 10] = [
+        let cases: [(String, EndpointError); 13] = [
             ("db.example".into(), EndpointError::NoPort),
             ("db.example:".into(), EndpointError::BadPort),
             ("db.example:65536".into(), EndpointError::BadPort),
             ("db.example:http".into(), EndpointError::BadPort),
+            ("db.example:+80".into(), EndpointError::BadPort),
             (":5432".into(), EndpointError::EmptyHost),
             (format_port(&long), EndpointError::HostTooLong { len: 256 }),
             ("::1:5432".into(), EndpointError::BadHost),
+            ("10.0.0.1:+80".into(), EndpointError::BadPort),
+            ("[::1]:+80".into(), EndpointError::BadPort),
             ("[db.example]:5432".into(), EndpointError::BadHost),
             ("db..example:5432".into(), EndpointError::BadHost),
             ("db example:5432".into(), EndpointError::BadHost),
@@ -225,6 +231,17 @@ mod tests {
             EndpointError::NoPort.to_string(),
             "no port: expected host:port"
         );
+    }
+
+    #[test]
+    fn the_longest_names_dns_allows_are_accepted() {
+        let longest =
+            "a".repeat(63) + "." + &"b".repeat(63) + "." + &"c".repeat(63) + "." + &"d".repeat(61); // 253 characters, labels of 63 at most
+        assert_eq!(longest.len(), 253);
+        for host in [longest.clone(), longest + "."] {
+            let e = Endpoint::name(host.as_str(), 1).unwrap();
+            assert_eq!(format_port(&host).parse::<Endpoint>().unwrap(), e);
+        }
     }
 
     fn format_port(host: &str) -> String {
