@@ -725,6 +725,59 @@ mod tests {
     }
 
     #[test]
+    fn the_longest_duration_is_accepted() {
+        let mut c = Config::default();
+        c.write_timeout = MAX_DURATION;
+        c.idle_timeout = MAX_DURATION;
+        c.frame_timeout = MAX_DURATION;
+        c.setup_timeout_max = MAX_DURATION;
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn socket_limits_are_the_kernels_and_inclusive() {
+        // TCP_USER_TIMEOUT takes u32 milliseconds; TCP_KEEPIDLE and TCP_KEEPINTVL an int of
+        // seconds. The largest value each takes is accepted, one unit more is refused.
+        let longest_user_timeout = Duration::from_millis(u64::from(u32::MAX));
+        let mut c = Config::default();
+        c.socket.user_timeout = Some(longest_user_timeout);
+        c.validate().unwrap();
+        let err = rejects(|c| {
+            c.socket.user_timeout = Some(Duration::from_millis(u64::from(u32::MAX) + 1));
+        });
+        assert_eq!(
+            err.to_string(),
+            "socket.user_timeout (4294967.296s) is too long"
+        );
+
+        let longest_keepalive = Duration::from_secs(i32::MAX as u64);
+        c.socket.keepalive = Some(Keepalive {
+            idle: longest_keepalive,
+            interval: longest_keepalive,
+            ..Keepalive::default()
+        });
+        c.validate().unwrap();
+        for field in ["idle", "interval"] {
+            let err = rejects(|c| {
+                let mut keepalive = Keepalive::default();
+                let too_long = longest_keepalive + Duration::from_secs(1);
+                match field {
+                    "idle" => keepalive.idle = too_long,
+                    _ => keepalive.interval = too_long,
+                }
+                c.socket.keepalive = Some(keepalive);
+            });
+            assert_eq!(
+                err.to_string(),
+                alloc::format!(
+                    "socket.keepalive.{field} (2147483648s) must be a whole number of seconds, \
+                     at least 1"
+                )
+            );
+        }
+    }
+
+    #[test]
     fn probe_delays_double_from_the_base() {
         let c = Config::default();
         let got: [u64; 4] = core::array::from_fn(|n| c.probe_delay(n as u32).as_secs());

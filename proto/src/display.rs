@@ -219,6 +219,14 @@ mod tests {
     }
 
     #[test]
+    fn how_much_was_sent() {
+        assert_eq!(Sent::Nothing.to_string(), "nothing sent");
+        assert_eq!(Sent::Unknown.to_string(), "may have been sent");
+        assert_eq!(Sent::Partly.to_string(), "partly sent");
+        assert_eq!(Sent::Fully.to_string(), "fully sent");
+    }
+
+    #[test]
     fn reasons() {
         assert_eq!(Reason::Demand.to_string(), "on demand");
         assert_eq!(

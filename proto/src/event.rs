@@ -556,4 +556,40 @@ mod tests {
         assert_eq!(size_of::<Event>(), 72);
         assert_eq!(size_of::<Option<Event>>(), 72);
     }
+
+    #[test]
+    fn only_a_request_with_nothing_sent_cannot_have_reached_the_server() {
+        assert!(!Sent::Nothing.may_have_reached_server());
+        for sent in [Sent::Unknown, Sent::Partly, Sent::Fully] {
+            assert!(sent.may_have_reached_server(), "{sent:?}");
+        }
+    }
+
+    #[test]
+    fn a_close_is_a_failure_unless_asked_for_or_idle() {
+        let failures = [
+            CloseReason::SetupTimeout,
+            CloseReason::ConnectFailed(Failure::Refused),
+            CloseReason::HandshakeFailed,
+            CloseReason::AuthFailed,
+            CloseReason::CertificateRejected,
+            CloseReason::WriteTimeout,
+            CloseReason::HeartbeatTimeout,
+            CloseReason::Io(Failure::Reset),
+            CloseReason::Protocol(Violation::MalformedHeader),
+        ];
+        for reason in failures {
+            assert!(reason.is_failure(), "{reason:?}");
+        }
+        let not_failures = [
+            CloseReason::Evicted(EvictReason::Readmitted),
+            CloseReason::Quarantined,
+            CloseReason::Idle,
+            CloseReason::NodeRemoved,
+            CloseReason::Shutdown,
+        ];
+        for reason in not_failures {
+            assert!(!reason.is_failure(), "{reason:?}");
+        }
+    }
 }
