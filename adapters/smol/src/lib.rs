@@ -152,3 +152,50 @@ pub fn client(config: Config) -> SmolClientBuilder {
 
 /// A [`ClientBuilder`] bound to a [`SmolRuntime`].
 pub type SmolClientBuilder = BoundClientBuilder<SmolRuntime>;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::thread::{self, ThreadId};
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Spawns a task that sends the id of the thread it runs on.
+    fn spawn_reporter(runtime: &SmolRuntime) -> mpsc::Receiver<ThreadId> {
+        let (tx, rx) = mpsc::channel();
+        runtime.spawn(Box::pin(async move {
+            let _ = tx.send(thread::current().id());
+        }));
+        rx
+    }
+
+    #[test]
+    fn a_given_executor_runs_the_tasks_and_nothing_else_does() {
+        let executor = Arc::new(Executor::new());
+        let runtime = SmolRuntime::with_executor(Arc::clone(&executor));
+        let ran = spawn_reporter(&runtime);
+        // Queued on the given executor, not on smol's global one (whose threads would run it
+        // meanwhile): it runs when, and where, this thread runs the executor.
+        assert!(executor.try_tick(), "the task is on the given executor");
+        assert_eq!(ran.try_recv(), Ok(thread::current().id()));
+        assert_eq!(
+            format!("{runtime:?}"),
+            r#"SmolRuntime { executor: "given" }"#
+        );
+    }
+
+    #[test]
+    fn the_default_is_smols_global_executor() {
+        let runtime = SmolRuntime::new();
+        let ran = spawn_reporter(&runtime);
+        let on = ran
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the global executor ran the task");
+        assert_ne!(on, thread::current().id());
+        assert_eq!(
+            format!("{runtime:?}"),
+            r#"SmolRuntime { executor: "global" }"#
+        );
+    }
+}
