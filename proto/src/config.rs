@@ -757,24 +757,27 @@ mod tests {
             ..Keepalive::default()
         });
         c.validate().unwrap();
-        for field in ["idle", "interval"] {
-            let err = rejects(|c| {
-                let mut keepalive = Keepalive::default();
-                let too_long = longest_keepalive + Duration::from_secs(1);
-                match field {
-                    "idle" => keepalive.idle = too_long,
-                    _ => keepalive.interval = too_long,
-                }
-                c.socket.keepalive = Some(keepalive);
+        let too_long = longest_keepalive + Duration::from_secs(1);
+        let idle = rejects(|c| {
+            c.socket.keepalive = Some(Keepalive {
+                idle: too_long,
+                ..Keepalive::default()
             });
-            assert_eq!(
-                err.to_string(),
-                alloc::format!(
-                    "socket.keepalive.{field} (2147483648s) must be a whole number of seconds, \
-                     at least 1"
-                )
-            );
-        }
+        });
+        let interval = rejects(|c| {
+            c.socket.keepalive = Some(Keepalive {
+                interval: too_long,
+                ..Keepalive::default()
+            });
+        });
+        assert_eq!(
+            idle.to_string(),
+            "socket.keepalive.idle (2147483648s) must be a whole number of seconds, at least 1"
+        );
+        assert_eq!(
+            interval.to_string(),
+            "socket.keepalive.interval (2147483648s) must be a whole number of seconds, at least 1"
+        );
     }
 
     #[test]

@@ -235,8 +235,9 @@ mod tests {
 
     #[test]
     fn the_longest_names_dns_allows_are_accepted() {
+        // 253 characters, labels of 63 at most.
         let longest =
-            "a".repeat(63) + "." + &"b".repeat(63) + "." + &"c".repeat(63) + "." + &"d".repeat(61); // 253 characters, labels of 63 at most
+            "a".repeat(63) + "." + &"b".repeat(63) + "." + &"c".repeat(63) + "." + &"d".repeat(61);
         assert_eq!(longest.len(), 253);
         for host in [longest.clone(), longest + "."] {
             let e = Endpoint::name(host.as_str(), 1).unwrap();
