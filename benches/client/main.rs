@@ -118,26 +118,34 @@ struct Run {
     latency: Option<Latency>,
 }
 
-/// One run's round trips at 1 in flight.
+/// One run's round trips at 1 in flight: the latency table's columns.
 #[derive(Clone, Copy, Debug)]
 struct Latency {
     mean: Duration,
-    /// Percentiles 10, 50, 90 and 99.
-    percentiles: [Duration; 4],
+    p10: Duration,
+    p50: Duration,
+    p90: Duration,
+    p99: Duration,
 }
 
 impl Latency {
-    const PERCENTILES: [usize; 4] = [10, 50, 90, 99];
-
     /// Of nanoseconds, sorted.
     fn of(sorted: &[u64]) -> Option<Self> {
         let total: u64 = sorted.iter().sum();
         let mean = total.checked_div(sorted.len() as u64)?;
+        let at = |percent: usize| Duration::from_nanos(sorted[sorted.len() * percent / 100]);
         Some(Self {
             mean: Duration::from_nanos(mean),
-            percentiles: Self::PERCENTILES
-                .map(|p| Duration::from_nanos(sorted[sorted.len() * p / 100])),
+            p10: at(10),
+            p50: at(50),
+            p90: at(90),
+            p99: at(99),
         })
+    }
+
+    /// In the table's order.
+    fn columns(&self) -> [Duration; 5] {
+        [self.mean, self.p10, self.p50, self.p90, self.p99]
     }
 }
 
@@ -242,16 +250,11 @@ fn latency_summary(cell: Cell, kinds: &[Kind], runs: &[Vec<Run>]) -> Vec<String>
         .iter()
         .zip(runs)
         .map(|(kind, runs)| {
-            // Columns: the mean, then the percentiles.
-            let columns = |l: &Latency| {
-                let [p10, p50, p90, p99] = l.percentiles;
-                [l.mean, p10, p50, p90, p99]
-            };
             let cells = (0..5).map(|column| {
                 let mut values: Vec<f64> = runs
                     .iter()
                     .filter_map(|r| r.latency.as_ref())
-                    .map(|l| columns(l)[column].as_secs_f64() * 1e6)
+                    .map(|l| l.columns()[column].as_secs_f64() * 1e6)
                     .collect();
                 if values.is_empty() {
                     " — |".to_owned()
@@ -297,8 +300,7 @@ fn summary(cell: Cell, kinds: &[Kind], runs: &[Vec<Run>]) -> String {
                 format!(
                     "{:.1} µs",
                     median(r, |r| {
-                        r.latency
-                            .map_or(0.0, |l| l.percentiles[1].as_secs_f64() * 1e6)
+                        r.latency.map_or(0.0, |l| l.p50.as_secs_f64() * 1e6)
                     })
                 )
             })
