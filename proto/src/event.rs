@@ -566,7 +566,7 @@ mod tests {
     }
 
     #[test]
-    fn a_close_is_a_failure_unless_asked_for_or_idle() {
+    fn a_close_counts_as_a_failure_only_when_the_connection_broke() {
         let failures = [
             CloseReason::SetupTimeout,
             CloseReason::ConnectFailed(Failure::Refused),

@@ -17,8 +17,8 @@ use core::fmt;
 pub struct NodeId(u64);
 
 impl NodeId {
-    pub(crate) const fn new(index: u32, generation: u32) -> Self {
-        Self(((index as u64) << 32) | generation as u64)
+    pub(crate) const fn new(slot: u32, generation: u32) -> Self {
+        Self(((slot as u64) << 32) | generation as u64)
     }
 
     /// The slot of this node in the pool's node table (reused after removal, with a new
