@@ -5,13 +5,16 @@
 # those are listed, each with its reason, in mutants-equivalent.txt and not counted against
 # the score.
 #
-# Two crates, chosen by MUTANTS_CRATE:
+# Three targets, chosen by MUTANTS_CRATE:
 #   proto   (default) keepwire-proto's core, against proto's own tests (unit and integration;
 #           not the doc tests).
 #   driver  keepwire-driver, in two passes: its own unit tests first (seconds per mutant),
 #           then every mutant they missed against the integration tests on real sockets
 #           (keepwire-tests: the tokio and smol runs of the suites that exercise the driver,
 #           about 20 s per mutant), since most of the driver is a future only a runtime runs.
+#   adapters keepwire-tokio, keepwire-smol and keepwire-async-std (the runtime bindings), in
+#           one pass against their own tests and the socket suites that run through them, on
+#           all three runtimes (about 13 min; most of their mutants do not build).
 #
 # Not run by CI: the whole proto core (967 mutants) takes about 2 h 45 min on 2 cores with
 # MUTANTS_JOBS=2 (MUTATION.md); run the files a change touched.
@@ -20,11 +23,11 @@
 #   FILE...  source files to mutate (globs as cargo-mutants' --file takes them); default for
 #            proto: the core (node/*.rs, pool/*.rs, outbound, timers and timers/keyed,
 #            select.rs and select/*.rs, backoff, requests); for driver: the driver future and
-#            its children (driver.rs, driver/*.rs).
+#            its children (driver.rs, driver/*.rs); for adapters: all of their sources.
 # Environment:
-#   MUTANTS_CRATE proto (default) or driver
+#   MUTANTS_CRATE proto (default), driver or adapters
 #   MUTANTS_OUT   where cargo-mutants writes mutants.out/ and this script its report
-#                 (default target/mutants, or target/mutants-driver)
+#                 (default target/mutants, target/mutants-driver or target/mutants-adapters)
 #   MUTANTS_JOBS  mutants built and tested at once (default 1; each needs its own build; the
 #                 driver's second pass always runs one at a time, its tests use real timers)
 #   MUTANTS_REPORT_ONLY=1  skip the run; write the report again from $MUTANTS_OUT/mutants.out
@@ -49,7 +52,7 @@ crate=${MUTANTS_CRATE:-proto}
 files=("$@")
 case $crate in
   proto)
-    package=keepwire-proto
+    packages=(keepwire-proto)
     default_out=target/mutants
     if [ ${#files[@]} -eq 0 ]; then
       files=(
@@ -66,17 +69,28 @@ case $crate in
     fi
     ;;
   driver)
-    package=keepwire-driver
+    packages=(keepwire-driver)
     default_out=target/mutants-driver
     if [ ${#files[@]} -eq 0 ]; then
       files=(adapters/driver/src/driver.rs 'adapters/driver/src/driver/*.rs')
     fi
     ;;
+  adapters)
+    packages=(keepwire-tokio keepwire-smol keepwire-async-std)
+    default_out=target/mutants-adapters
+    if [ ${#files[@]} -eq 0 ]; then
+      files=('adapters/tokio/src/*.rs' 'adapters/smol/src/*.rs' 'adapters/async-std/src/*.rs')
+    fi
+    ;;
   *)
-    echo "MUTANTS_CRATE must be proto or driver, not '$crate'" >&2
+    echo "MUTANTS_CRATE must be proto, driver or adapters, not '$crate'" >&2
     exit 1
     ;;
 esac
+package_args=()
+for package in "${packages[@]}"; do
+  package_args+=(--package "$package")
+done
 file_args=()
 for file in "${files[@]}"; do
   file_args+=(--file "$file")
@@ -110,10 +124,14 @@ export CARGO_MUTANTS_MINIMUM_TEST_TIMEOUT=${CARGO_MUTANTS_MINIMUM_TEST_TIMEOUT:-
 # mutant and filtered to those suites. So does keepwire-tokio's paused_time: the setup
 # timeout and each address's share of it, in virtual time. A mutant that hangs a test is
 # stopped at 60 s (the suites take about 15 s).
-integration_filter='(package(keepwire-tests) and not test(/on_async_std/) and binary(/^real_(client|batching|reads|faults|hostile|stream|wakeups|timer|metrics|tracing|panics|options|tls|load|names|tower|allocations)$/)) or (package(keepwire-tokio) and binary(paused_time))'
+socket_suites='binary(/^real_(client|batching|reads|faults|hostile|stream|wakeups|timer|metrics|tracing|panics|options|tls|load|names|tower|allocations)$/)'
+integration_filter="(package(keepwire-tests) and not test(/on_async_std/) and $socket_suites) or (package(keepwire-tokio) and binary(paused_time))"
+
+# The adapters' pass: the same suites on all three runtimes, and the adapters' own tests.
+adapters_filter="(package(keepwire-tests) and $socket_suites) or package(keepwire-tokio) or package(keepwire-smol) or package(keepwire-async-std)"
 
 run_mutants() {
-  cargo mutants --package "$package" "${file_args[@]}" --profile mutants --output "$out" \
+  cargo mutants "${package_args[@]}" "${file_args[@]}" --profile mutants --output "$out" \
     --no-shuffle "$@"
 }
 
@@ -142,6 +160,11 @@ if [ -z "${MUTANTS_REPORT_ONLY:-}" ]; then
           --cargo-arg=--package=keepwire-tests --cargo-arg=--package=keepwire-tokio \
           -- -E "$integration_filter" || status=$?
       fi
+      ;;
+    adapters)
+      # One at a time, as the driver's second pass: the suites use real timers.
+      run_mutants --jobs 1 --all-features --timeout 90 --test-tool nextest \
+        --cargo-arg=--package=keepwire-tests -- -E "$adapters_filter" || status=$?
       ;;
   esac
 fi
@@ -197,7 +220,7 @@ per_file() {
 }
 
 {
-  echo "cargo-mutants on $package: ${files[*]}"
+  echo "cargo-mutants on ${packages[*]}: ${files[*]}"
   echo "caught: $caught  missed: $missed (equivalent, per mutants-equivalent.txt: $equivalent_n)"
   echo "timeout: $timeout  unviable (did not build): $unviable"
   echo "score: $score % ($((caught + timeout)) of $scored viable, non-equivalent mutants caught)"
