@@ -84,6 +84,48 @@ fn answered_requests_do_not_pile_up_in_the_awaited_list() {
 }
 
 #[test]
+fn answered_requests_do_not_pile_up_after_reports_of_several_frames() {
+    let mut config = exact();
+    config.write_timeout = core::time::Duration::ZERO;
+    let mut h = Harness::new(config);
+    let node = h.add();
+    let conn = h.ready(node);
+    let unanswered = [
+        h.submit(node, 10, secs(3_600)),
+        h.submit(node, 10, secs(3_600)),
+    ];
+    h.flush(conn);
+    // As above, but every report completes two frames handed out together (the report of a
+    // batch, not of a lone frame): the stale entries go once the list holds more than
+    // 2 x 4 + 16 = 24 after a report, so it grows to 24 and the report that makes it 26
+    // brings it back to the 4 awaited.
+    let mut out = alloc::vec::Vec::new();
+    let mut lengths = alloc::vec::Vec::new();
+    for _ in 0..30 {
+        let pair = [h.submit(node, 10, secs(600)), h.submit(node, 10, secs(600))];
+        assert_eq!(h.pool.poll_transmit(usize::MAX, &mut out), Some(conn));
+        assert_eq!(out.len(), 2, "both frames in one hand-out");
+        h.pool.handle_written(h.now, conn, 20).unwrap();
+        lengths.push(h.pool.node(node).unwrap().awaiting_len());
+        for id in pair {
+            h.respond(conn, id);
+        }
+    }
+    let expected: alloc::vec::Vec<usize> = (2..=12).map(|n| 2 * n).chain([4, 6]).collect();
+    assert_eq!(&lengths[..13], &expected[..]);
+    assert_eq!(
+        lengths.iter().max(),
+        Some(&24),
+        "never more than 24 after a report"
+    );
+    let answered = h
+        .pool
+        .handle_next_response(h.now, conn, bytes::Bytes::from_static(b"ok"))
+        .unwrap();
+    assert_eq!(answered, Some(unanswered[0]));
+}
+
+#[test]
 fn requests_due_at_one_instant_end_in_the_order_they_were_submitted() {
     let mut config = exact();
     config.write_timeout = core::time::Duration::ZERO;
