@@ -95,11 +95,12 @@ pub(crate) struct Census {
 }
 
 impl Census {
-    /// Whether the healthy share is below `threshold` (zero disables panic mode).
+    /// Whether the healthy share is below `threshold` (zero disables panic mode). One
+    /// comparison covers both edges: a threshold of zero (validated to lie in [0, 1]) and no
+    /// admitted node (so none healthy either) each make the right side zero, which no count
+    /// is below.
     pub(crate) fn panics(self, threshold: f64) -> bool {
-        threshold > 0.0
-            && self.admitted > 0
-            && (self.healthy as f64) < threshold * self.admitted as f64
+        (self.healthy as f64) < threshold * self.admitted as f64
     }
 
     pub(crate) fn add(&mut self, other: Self) {
@@ -619,5 +620,20 @@ mod tests {
         assert_eq!(ready_node(1, None).check_invariants(&config, 1), Ok(()));
         config.heartbeat = None;
         assert_eq!(ready_node(0, None).check_invariants(&config, 0), Ok(()));
+    }
+
+    #[test]
+    fn the_pool_panics_only_below_the_healthy_share() {
+        let census = |admitted, healthy| Census { admitted, healthy };
+        // Strictly below: half of four healthy is not below a threshold of a half.
+        assert!(!census(4, 2).panics(0.5));
+        assert!(census(4, 1).panics(0.5));
+        assert!(census(4, 3).panics(1.0));
+        assert!(!census(4, 4).panics(1.0));
+        // A threshold of zero never panics, not even with every node quarantined; nor does a
+        // pool with no admitted node, whatever the threshold.
+        assert!(!census(4, 0).panics(0.0));
+        assert!(!census(0, 0).panics(1.0));
+        assert!(census(1, 0).panics(f64::MIN_POSITIVE));
     }
 }
