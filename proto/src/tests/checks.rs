@@ -37,3 +37,28 @@ fn a_pool_whose_timer_heap_disagrees_with_its_owners_fails_its_check() {
     let err = h.pool.check_invariants().unwrap_err();
     assert!(err.contains("timer entries for"), "{err}");
 }
+
+#[test]
+fn a_node_timer_entry_at_another_instant_than_its_node_holds_fails_the_check() {
+    use crate::timers::{NodeTimer, TimerKey};
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    h.ready(node);
+    h.submit(node, 10, super::secs(30));
+    // The queued frame's write timer: the node holds it armed at the entry's instant.
+    let key = TimerKey::Node(node, NodeTimer::WriteTimeout);
+    let (at, _) = h
+        .pool
+        .timer_heap()
+        .iter()
+        .find(|&(_, k)| k == key)
+        .expect("the write timer's entry");
+    assert_eq!(h.pool.check_invariants(), Ok(()));
+    // Moved in the heap alone: as many entries as armed timers, but one the node would not
+    // recognise when it fires.
+    h.pool.timer_heap_mut().schedule(at + super::secs(1), key);
+    let err = h.pool.check_invariants().unwrap_err();
+    assert!(err.contains("stale timer entry"), "{err}");
+    h.pool.timer_heap_mut().schedule(at, key);
+    assert_eq!(h.pool.check_invariants(), Ok(()));
+}
