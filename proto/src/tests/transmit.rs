@@ -612,3 +612,25 @@ fn a_partly_written_frame_stays_queued_and_counted_after_its_request_ends() {
         "the stream stayed aligned"
     );
 }
+
+#[test]
+fn a_frame_behind_a_written_tombstone_can_still_be_dropped_unsent() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let conn = h.ready(node);
+    let ids: Vec<_> = (0..4).map(|_| submit_len(&mut h, node, 10)).collect();
+    // The second cancelled while queued: a tombstone between the first and the third.
+    h.pool.cancel(h.now, ids[1]).unwrap();
+    // A hand-out of the first and the third (a budget of two frames), written whole: the
+    // report passes the tombstone on its way and leaves the fourth at the queue's front.
+    assert_eq!(hand_outs(&mut h, 20)[0], (conn, alloc::vec![10, 10]));
+    h.pool.handle_written(h.now, conn, 20).unwrap();
+    h.collect();
+    // The fourth, untouched, is found where its number says: its cancel drops it unsent.
+    h.pool.cancel(h.now, ids[3]).unwrap();
+    h.collect();
+    assert_eq!(h.outcome(ids[3]), Some(Outcome::Cancelled));
+    assert_eq!(h.sent(ids[3]), Some(Sent::Nothing));
+    assert_eq!(hand_outs(&mut h, 1 << 16), [], "nothing left to hand out");
+    assert_eq!(h.pool.pending_bytes(node), Some(0));
+}
