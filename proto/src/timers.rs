@@ -577,9 +577,10 @@ impl TimerHeap {
         }
     }
 
-    /// Whether every recorded position points at its entry and every entry's is recorded,
-    /// the lane is sorted with a live front and back and its live count right, and the early
-    /// stack falls strictly to a live top with its live count right.
+    /// Whether both heaps are in heap order, every recorded position points at its entry and
+    /// every entry's is recorded, the lane is sorted with a live front and back and its live
+    /// count right, and the early stack falls strictly to a live top with its live count
+    /// right.
     #[cfg(test)]
     fn positions_agree(&self) -> bool {
         let live = (0..self.lane.len()).filter(|&k| self.lane_live_at(k));
@@ -595,6 +596,8 @@ impl TimerHeap {
         let top_live = self.early.is_empty() || self.early_live_at(self.early.len() - 1);
         self.nodes.positions_agree()
             && self.requests.positions_agree()
+            && self.nodes.ordered()
+            && self.requests.ordered()
             && live.count() == self.lane_live
             && sorted
             && ends_live

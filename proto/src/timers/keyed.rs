@@ -187,6 +187,14 @@ impl<K: HeapKey> KeyedHeap<K> {
         in_heap.count() == self.entries.len()
             && (0..self.entries.len()).all(|i| self.cell_of(self.entries[i].1) == Some(i as u64))
     }
+
+    /// Whether every entry is no earlier than its parent: the heap's own order, which a pop
+    /// alone may not show (a misplaced entry moved to the root by a later pop is sifted
+    /// right again).
+    #[cfg(test)]
+    pub(super) fn ordered(&self) -> bool {
+        (1..self.entries.len()).all(|i| self.entries[(i - 1) / ARITY] <= self.entries[i])
+    }
 }
 
 /// The cell of `slot` in a position table, which grows to hold it if it is too short (a new

@@ -118,7 +118,15 @@ fn the_index_gives_what_a_list_of_one_entry_per_slot_gives() {
             0..=4 => {
                 // Few distinct instants, so ties between keys are common.
                 let entry = (Instant::from_secs((x >> 32) % 50), some_key(x));
-                heap.schedule(entry.0, entry.1);
+                let stopped = model.iter().all(|e| slot(e.1) != slot(entry.1));
+                match entry.1 {
+                    // A stopped node timer is armed as the node arms its write timer: the
+                    // push that stays at the heap's end when it can, inline.
+                    TimerKey::Node(node, timer) if stopped => {
+                        heap.schedule_stopped_node_inline(entry.0, node, timer);
+                    }
+                    _ => heap.schedule(entry.0, entry.1),
+                }
                 model.retain(|e| slot(e.1) != slot(entry.1));
                 model.push(entry);
             }
@@ -205,6 +213,38 @@ fn deep_heaps_pop_in_order_through_growing_and_shrinking_phases() {
             }
         }
         assert!(heap.positions_agree());
+    }
+}
+
+#[test]
+fn node_timers_armed_in_place_pop_in_order_in_a_deep_heap() {
+    // Hundreds of nodes, each timer armed from stopped (as a submit arms its write timer:
+    // the push that stays at the heap's end when its parent is no later), so the node heap
+    // is several levels deep and most pushes compare with a parent that is not the entry
+    // just before them; pops and cancels keep it churning.
+    let mut x = 0x6a09_e667_f3bc_c908u64;
+    let mut heap = TimerHeap::default();
+    let mut model: Vec<(Instant, TimerKey)> = Vec::new();
+    for step in 0..6_000u32 {
+        xorshift(&mut x);
+        let node = NodeId::new((x >> 8) as u32 % 300, 0);
+        let timer = NodeTimer::ALL[(x >> 24) as usize % NodeTimer::ALL.len()];
+        let key = TimerKey::Node(node, timer);
+        if x % 4 != 0 && !model.iter().any(|e| e.1 == key) {
+            let at = Instant::from_nanos((x >> 32) % 1_000_000);
+            heap.schedule_stopped_node_inline(at, node, timer);
+            model.push((at, key));
+        } else if x % 8 == 0 && !model.is_empty() {
+            let (_, key) = model.swap_remove((x >> 40) as usize % model.len());
+            heap.cancel(key);
+        } else {
+            pop_checked(&mut heap, &mut model, &format!("step {step}"));
+        }
+        assert_eq!(heap.len(), model.len(), "step {step}");
+        assert!(heap.positions_agree(), "step {step}");
+    }
+    while !model.is_empty() {
+        pop_checked(&mut heap, &mut model, "draining");
     }
 }
 
