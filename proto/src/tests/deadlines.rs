@@ -4,6 +4,7 @@
 //! instant end in the order submitted.
 
 use super::{Harness, exact, secs};
+use crate::{ConnId, NodeId, RequestId};
 
 #[test]
 fn deadlines_of_requests_that_ended_do_not_pile_up_in_the_timer_heap() {
@@ -39,8 +40,9 @@ fn deadlines_of_requests_that_ended_do_not_pile_up_in_the_timer_heap() {
     );
 }
 
-#[test]
-fn answered_requests_do_not_pile_up_in_the_awaited_list() {
+/// A ready connection with no write timeout and two requests written and left unanswered, at
+/// the front of the list of awaited requests for the tests of its compaction.
+fn two_unanswered() -> (Harness, NodeId, ConnId, [RequestId; 2]) {
     let mut config = exact();
     config.write_timeout = core::time::Duration::ZERO;
     let mut h = Harness::new(config);
@@ -51,6 +53,23 @@ fn answered_requests_do_not_pile_up_in_the_awaited_list() {
         h.submit(node, 10, secs(3_600)),
     ];
     h.flush(conn);
+    (h, node, conn, unanswered)
+}
+
+/// Compaction kept the ones still awaited: in-order responses find them, oldest first.
+fn assert_answered_in_order(h: &mut Harness, conn: ConnId, unanswered: [RequestId; 2]) {
+    for id in unanswered {
+        let answered = h
+            .pool
+            .handle_next_response(h.now, conn, bytes::Bytes::from_static(b"ok"))
+            .unwrap();
+        assert_eq!(answered, Some(id));
+    }
+}
+
+#[test]
+fn answered_requests_do_not_pile_up_in_the_awaited_list() {
+    let (mut h, node, conn, unanswered) = two_unanswered();
     // Answered by id, each request leaves a stale entry in the list of awaited requests
     // (removal is lazy). A write report that completes a frame drops the stale entries once
     // the list holds more than 2 x requests + 16: here 2 x 3 + 16 = 22 (the two unanswered
@@ -70,31 +89,12 @@ fn answered_requests_do_not_pile_up_in_the_awaited_list() {
     );
     let expected: alloc::vec::Vec<usize> = (3..=22).chain([3, 4]).collect();
     assert_eq!(&lengths[..22], &expected[..]);
-    // Compaction kept the ones still awaited: in-order responses find them, oldest first.
-    let answered = h
-        .pool
-        .handle_next_response(h.now, conn, bytes::Bytes::from_static(b"ok"))
-        .unwrap();
-    assert_eq!(answered, Some(unanswered[0]));
-    let answered = h
-        .pool
-        .handle_next_response(h.now, conn, bytes::Bytes::from_static(b"ok"))
-        .unwrap();
-    assert_eq!(answered, Some(unanswered[1]));
+    assert_answered_in_order(&mut h, conn, unanswered);
 }
 
 #[test]
 fn answered_requests_do_not_pile_up_after_reports_of_several_frames() {
-    let mut config = exact();
-    config.write_timeout = core::time::Duration::ZERO;
-    let mut h = Harness::new(config);
-    let node = h.add();
-    let conn = h.ready(node);
-    let unanswered = [
-        h.submit(node, 10, secs(3_600)),
-        h.submit(node, 10, secs(3_600)),
-    ];
-    h.flush(conn);
+    let (mut h, node, conn, unanswered) = two_unanswered();
     // As above, but every report completes two frames handed out together (the report of a
     // batch, not of a lone frame): the stale entries go once the list holds more than
     // 2 x 4 + 16 = 24 after a report, so it grows to 24 and the report that makes it 26
@@ -111,18 +111,14 @@ fn answered_requests_do_not_pile_up_after_reports_of_several_frames() {
             h.respond(conn, id);
         }
     }
-    let expected: alloc::vec::Vec<usize> = (2..=12).map(|n| 2 * n).chain([4, 6]).collect();
-    assert_eq!(&lengths[..13], &expected[..]);
     assert_eq!(
         lengths.iter().max(),
         Some(&24),
         "never more than 24 after a report"
     );
-    let answered = h
-        .pool
-        .handle_next_response(h.now, conn, bytes::Bytes::from_static(b"ok"))
-        .unwrap();
-    assert_eq!(answered, Some(unanswered[0]));
+    let expected: alloc::vec::Vec<usize> = (2..=12).map(|n| 2 * n).chain([4, 6]).collect();
+    assert_eq!(&lengths[..13], &expected[..]);
+    assert_answered_in_order(&mut h, conn, unanswered);
 }
 
 #[test]
