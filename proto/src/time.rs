@@ -137,6 +137,23 @@ mod tests {
             Duration::from_secs(2)
         );
         assert_eq!(Instant::MAX + Duration::MAX, Instant::MAX);
+        assert_eq!(
+            Instant::from_secs(3) - Duration::from_secs(1),
+            Instant::from_secs(2)
+        );
+        assert_eq!(
+            Instant::from_secs(1) - Duration::from_secs(2),
+            Instant::ZERO
+        );
+        assert_eq!(Instant::MAX - Duration::MAX, Instant::ZERO);
+    }
+
+    #[test]
+    fn debug_shows_seconds_to_the_nanosecond() {
+        let shown = |i: Instant| alloc::format!("{i:?}");
+        assert_eq!(shown(Instant::from_nanos(3_448_630_560)), "3.448630560s");
+        assert_eq!(shown(Instant::ZERO), "0.000000000s");
+        assert_eq!(shown(Instant::from_millis(12_005)), "12.005000000s");
     }
 
     #[test]
