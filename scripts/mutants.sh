@@ -41,8 +41,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each job builds its mutant in a copy of the tree with that copy's own target directory. A
 # CARGO_TARGET_DIR from the environment would make every job build into one: with two jobs,
-# a mutant's tests then ran another mutant's build (or the unmutated one), and the report
-# said "missed" for mutants the tests catch.
+# a mutant's tests then ran another mutant's build (or the unmutated one), so its verdict,
+# caught or missed, was that build's (MUTATION.md: one such run reported as missed a mutant
+# that no test can pass).
 unset CARGO_TARGET_DIR
 
 if [ -z "${MUTANTS_REPORT_ONLY:-}" ] && ! command -v cargo-mutants >/dev/null 2>&1; then
