@@ -102,6 +102,11 @@ if [ -n "${MUTANTS_IN_DIFF:-}" ]; then
 fi
 
 out=${MUTANTS_OUT:-$default_out}
+# What the report's first line names: a report written again from an earlier run with no
+# files given may come from any files, not the default list.
+if [ -n "${MUTANTS_REPORT_ONLY:-}" ] && [ $# -eq 0 ]; then
+  ran="the files of the run in $out"
+fi
 mkdir -p "$out"
 
 # An optimised test profile, defined here so that no manifest carries it: proto's tests (a
@@ -222,7 +227,7 @@ per_file() {
 }
 
 {
-  echo "cargo-mutants on ${packages[*]}: ${files[*]}"
+  echo "cargo-mutants on ${packages[*]}: ${ran:-${files[*]}}"
   echo "caught: $caught  missed: $missed (equivalent, per mutants-equivalent.txt: $equivalent_n)"
   echo "timeout: $timeout  unviable (did not build): $unviable"
   echo "score: $score % ($((caught + timeout)) of $scored viable, non-equivalent mutants caught)"
