@@ -166,12 +166,12 @@ pub fn check_request(payload: &[u8], max_value: usize) -> Result<(), RequestErro
             if verb.starts_with(b"gat") {
                 args.number::<u32>("an expiry time")?;
             }
-            let mut keys = 0;
+            let mut any_key = false;
             for key in args.0.by_ref() {
                 check_key(key)?;
-                keys += 1;
+                any_key = true;
             }
-            if keys == 0 {
+            if !any_key {
                 return Err(RequestError::Syntax("a key is missing"));
             }
             None

@@ -220,3 +220,288 @@ fn requests_are_checked_before_they_are_sent() {
         Err(EncodeError::TooLong { len: 5, max: 4 })
     );
 }
+
+#[test]
+fn every_one_line_answer_parses_to_its_reply() {
+    let lines: &[(&[u8], Reply)] = &[
+        (b"STORED\r\n", Reply::Stored),
+        (b"NOT_STORED\r\n", Reply::NotStored),
+        (b"EXISTS\r\n", Reply::Exists),
+        (b"NOT_FOUND\r\n", Reply::NotFound),
+        (b"DELETED\r\n", Reply::Deleted),
+        (b"TOUCHED\r\n", Reply::Touched),
+        (b"OK\r\n", Reply::Ok),
+        (b"RESET\r\n", Reply::Reset),
+        (b"ERROR\r\n", Reply::Error),
+        (b"18446744073709551615\r\n", Reply::Number(u64::MAX)),
+    ];
+    let mut stream = BytesMut::new();
+    for (line, reply) in lines {
+        assert_eq!(
+            Reply::parse(&Bytes::from_static(line)).as_ref(),
+            Ok(reply),
+            "{:?}",
+            String::from_utf8_lossy(line)
+        );
+        stream.extend_from_slice(line);
+    }
+    let cut = decode_in_order(&mut *Memcached::new().decoder(), &mut stream).unwrap();
+    assert_eq!(cut.len(), lines.len(), "one answer per line");
+}
+
+#[test]
+fn numbers_are_plain_digits_at_most_twenty() {
+    // Rust's own parse takes a `+` and any number of leading zeros; memcached sends neither.
+    for line in [&b"+5\r\n"[..], b"000000000000000000042\r\n"] {
+        assert_eq!(
+            Reply::parse(&Bytes::copy_from_slice(line)),
+            Err(Malformed::UnknownReply),
+            "{:?}",
+            String::from_utf8_lossy(line)
+        );
+    }
+    assert_eq!(
+        Reply::parse(&Bytes::from_static(b"00000000000000000042\r\n")),
+        Ok(Reply::Number(42)),
+        "twenty digits"
+    );
+    for header in [
+        &b"VALUE k +5 1\r\nx\r\nEND\r\n"[..],
+        b"VALUE k 0 +1\r\nx\r\nEND\r\n",
+    ] {
+        assert_eq!(
+            Reply::parse(&Bytes::copy_from_slice(header)),
+            Err(Malformed::BadHeader),
+            "{:?}",
+            String::from_utf8_lossy(header)
+        );
+    }
+}
+
+#[test]
+fn a_bare_line_feed_is_told_from_an_unknown_line() {
+    for input in [&b"STORED\n"[..], b"VALUE k 0 1\n"] {
+        assert_eq!(
+            Reply::parse(&Bytes::copy_from_slice(input)),
+            Err(Malformed::BareLineFeed),
+            "{:?}",
+            String::from_utf8_lossy(input)
+        );
+    }
+}
+
+#[test]
+fn a_line_of_exactly_max_line_bytes_is_an_answer_and_one_more_is_not() {
+    let line = |len: usize| {
+        let mut line = b"VERSION ".to_vec();
+        line.resize(len, b'v');
+        line
+    };
+    // Its `\r` alone is not yet a line's end, nor too long.
+    let mut waiting = BytesMut::from(&line(MAX_LINE)[..]);
+    waiting.put_u8(b'\r');
+    let mut decoder = Memcached::new().decoder();
+    assert_eq!(decoder.decode(&mut waiting), Ok(None));
+    waiting.put_u8(b'\n');
+    let cut = decode_in_order(&mut *decoder, &mut waiting).unwrap();
+    let version = Bytes::copy_from_slice(&line(MAX_LINE)[8..]);
+    assert_eq!(Reply::parse(&cut[0]), Ok(Reply::Version(version)));
+
+    let mut longer = line(MAX_LINE + 1);
+    longer.extend_from_slice(b"\r\n");
+    assert_eq!(
+        Reply::parse(&Bytes::from(longer.clone())),
+        Err(Malformed::LineTooLong)
+    );
+    // Refused as soon as the line is longer than any answer, before its end arrives.
+    longer.truncate(MAX_LINE + 2);
+    assert_eq!(
+        Reply::parse(&Bytes::from(longer)),
+        Err(Malformed::LineTooLong)
+    );
+}
+
+#[test]
+fn values_and_responses_of_exactly_the_limit_are_taken() {
+    // A value of exactly `max_value` bytes, in a response of exactly `max_response` bytes.
+    let answer = b"VALUE k 0 3\r\nabc\r\nEND\r\n";
+    let exact = Memcached::with_limits(3, answer.len());
+    let cut = decode_in_order(&mut *exact.decoder(), &mut BytesMut::from(&answer[..])).unwrap();
+    assert_eq!(cut, [Bytes::from_static(answer)]);
+    let got = decode_in_order(
+        &mut *Memcached::with_limits(2, answer.len()).decoder(),
+        &mut BytesMut::from(&answer[..]),
+    );
+    assert_eq!(got, Err(Violation::FrameTooLong { len: 3, max: 2 }));
+    let got = decode_in_order(
+        &mut *Memcached::with_limits(3, answer.len() - 1).decoder(),
+        &mut BytesMut::from(&answer[..]),
+    );
+    assert_eq!(
+        got,
+        Err(Violation::FrameTooLong {
+            len: answer.len() as u64,
+            max: answer.len() as u64 - 1
+        })
+    );
+    // A value that ends exactly at the limit passes its header's check; the `END` after it
+    // does not, and the error gives the whole response's length.
+    let value_end = answer.len() - b"END\r\n".len();
+    let got = decode_in_order(
+        &mut *Memcached::with_limits(3, value_end).decoder(),
+        &mut BytesMut::from(&answer[..]),
+    );
+    assert_eq!(
+        got,
+        Err(Violation::FrameTooLong {
+            len: answer.len() as u64,
+            max: value_end as u64
+        })
+    );
+}
+
+#[test]
+fn lines_count_against_the_response_limit_too() {
+    // No VALUE here: the limit is met by STAT lines and their END alone.
+    let stats = b"STAT a 1\r\nSTAT b 2\r\nEND\r\n";
+    let cut = decode_in_order(
+        &mut *Memcached::with_limits(10, stats.len()).decoder(),
+        &mut BytesMut::from(&stats[..]),
+    )
+    .unwrap();
+    assert_eq!(cut, [Bytes::from_static(stats)]);
+    for max in [stats.len() - 1, 15] {
+        let got = decode_in_order(
+            &mut *Memcached::with_limits(10, max).decoder(),
+            &mut BytesMut::from(&stats[..]),
+        );
+        assert!(
+            matches!(got, Err(Violation::FrameTooLong { max: m, .. }) if m == max as u64),
+            "{max}: {got:?}"
+        );
+    }
+}
+
+#[test]
+fn a_line_after_values_or_stats_is_unexpected() {
+    for input in [
+        &b"VALUE k 0 1\r\nx\r\nSTORED\r\n"[..],
+        b"STAT a 1\r\nSTORED\r\n",
+    ] {
+        assert_eq!(
+            Reply::parse(&Bytes::copy_from_slice(input)),
+            Err(Malformed::UnexpectedLine),
+            "{:?}",
+            String::from_utf8_lossy(input)
+        );
+    }
+}
+
+#[test]
+fn a_decoder_handed_a_shorter_buffer_starts_over() {
+    let mut decoder = Memcached::new().decoder();
+    let mut first = BytesMut::from(&b"VALUE k 0 1\r\nx\r\n"[..]);
+    assert_eq!(decoder.decode(&mut first), Ok(None), "no END yet");
+    let mut other = BytesMut::from(&b"STORED\r\n"[..]);
+    let cut = decode_in_order(&mut *decoder, &mut other).unwrap();
+    assert_eq!(Reply::parse(&cut[0]), Ok(Reply::Stored));
+}
+
+#[test]
+fn into_value_is_the_first_value_of_a_get() {
+    let two = Bytes::from_static(b"VALUE a 0 1\r\nx\r\nVALUE b 0 1\r\ny\r\nEND\r\n");
+    let value = Reply::parse(&two).unwrap().into_value();
+    assert_eq!(value, Some(Bytes::from_static(b"x")));
+    let miss = Reply::parse(&Bytes::from_static(b"END\r\n")).unwrap();
+    assert_eq!(miss.into_value(), None);
+    assert_eq!(Reply::Stored.into_value(), None);
+}
+
+#[test]
+fn limits_and_errors_say_what_they_are() {
+    let codec = Memcached::new();
+    assert_eq!(codec.max_value(), 1024 * 1024);
+    assert_eq!(codec.max_response(), 16 * 1024 * 1024);
+    assert_eq!(Memcached::default(), codec);
+    let custom = Memcached::with_limits(7, 9);
+    assert_eq!((custom.max_value(), custom.max_response()), (7, 9));
+
+    assert_eq!(
+        Malformed::LineTooLong.to_string(),
+        "a line longer than 2048 bytes"
+    );
+    assert_eq!(
+        Malformed::ResponseTooLarge { len: 26, max: 20 }.to_string(),
+        "a response of 26 bytes exceeds the limit of 20"
+    );
+    assert_eq!(
+        RequestError::NoReply.to_string(),
+        "noreply is refused: in order, a request without an answer would take the next one's"
+    );
+    assert_eq!(
+        RequestError::DataLength {
+            declared: 3,
+            actual: 1
+        }
+        .to_string(),
+        "the data block is 1 bytes, the command announced 3 + 2"
+    );
+    // The encoder's refusal carries the same text.
+    assert_eq!(
+        codec.encode(b"delete k noreply\r\n", None, &mut BytesMut::new()),
+        Err(EncodeError::Invalid(RequestError::NoReply.to_string()))
+    );
+}
+
+#[test]
+fn arguments_are_checked_word_by_word() {
+    let cases: &[(&[u8], Result<(), RequestError>)] = &[
+        // `noreply` in place of an argument: memcached takes the last word as the flag and
+        // answers nothing, so it is refused wherever it stands.
+        (b"set k 0 0 noreply\r\n", Err(RequestError::NoReply)),
+        (b"incr n noreply\r\n", Err(RequestError::NoReply)),
+        // An empty word (two spaces) is a missing argument, not an empty key.
+        (b"delete  k\r\n", Err(RequestError::Syntax("a key"))),
+        // Expiry times may be negative (expired at once); nothing else takes a sign.
+        (b"set k 0 -1 1\r\nx\r\n", Ok(())),
+        (b"incr n +5\r\n", Err(RequestError::Syntax("a delta"))),
+        (b"set k +1 0 1\r\nx\r\n", Err(RequestError::Syntax("flags"))),
+    ];
+    for (request, expected) in cases {
+        assert_eq!(
+            check_request(request, 100),
+            *expected,
+            "{:?}",
+            String::from_utf8_lossy(request)
+        );
+    }
+}
+
+#[test]
+fn keys_and_values_of_exactly_the_limit_are_taken() {
+    let key = vec![b'k'; MAX_KEY_LEN];
+    assert_eq!(check_request(&get(&key), 100), Ok(()));
+    assert_eq!(check_request(&set(&key, [b'v'; 100]), 100), Ok(()));
+    assert_eq!(
+        check_request(&set("k", [b'v'; 101]), 100),
+        Err(RequestError::ValueTooLarge { len: 101, max: 100 })
+    );
+}
+
+#[test]
+fn a_built_command_is_one_allocation_of_its_exact_size() {
+    for command in [
+        get("k"),
+        set("key", "value"),
+        set("k", ""),
+        store("add", "k", 3, 60, b"vv"),
+        incr("n", 5),
+        delete("k"),
+    ] {
+        let len = command.len();
+        let buffer = command
+            .try_into_mut()
+            .expect("the builder's buffer, unshared");
+        assert_eq!(buffer.capacity(), len, "{buffer:?}");
+    }
+}
