@@ -98,21 +98,15 @@ impl Codec for Postgres {
     }
 
     fn encode(&self, sql: &[u8], _id: Option<u64>, dst: &mut BytesMut) -> Result<(), EncodeError> {
+        let len = query_length(sql.len())?;
         if sql.contains(&0) {
             return Err(EncodeError::Invalid(
                 "SQL text cannot hold a NUL byte (the Query message ends at one)".into(),
             ));
         }
-        let max = (i32::MAX as usize) - 5;
-        if sql.len() > max {
-            return Err(EncodeError::TooLong {
-                len: sql.len() as u64,
-                max: max as u64,
-            });
-        }
         dst.reserve(sql.len() + 6);
         dst.put_u8(b'Q');
-        dst.put_i32((sql.len() + 5) as i32);
+        dst.put_i32(len);
         dst.put_slice(sql);
         dst.put_u8(0);
         Ok(())
@@ -127,6 +121,19 @@ impl Codec for Postgres {
     fn heartbeat(&self, _id: Option<u64>, dst: &mut BytesMut) -> Option<Result<(), EncodeError>> {
         Some(self.encode(b"", None, dst))
     }
+}
+
+/// The length field of a Query message holding `sql_len` bytes of SQL: the text, its NUL and
+/// the field itself. Checked before the text is scanned, so that an oversized payload is refused
+/// without reading it.
+fn query_length(sql_len: usize) -> Result<i32, EncodeError> {
+    i32::try_from(sql_len)
+        .ok()
+        .and_then(|len| len.checked_add(5))
+        .ok_or(EncodeError::TooLong {
+            len: sql_len as u64,
+            max: (i32::MAX - 5) as u64,
+        })
 }
 
 /// Why bytes from the server are not what this client expects. Each closes the connection

@@ -1,3 +1,13 @@
+use std::collections::VecDeque;
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::pin::pin;
+use std::sync::Mutex;
+use std::task::{Context, Poll, Waker};
+
+use keepwire_driver::{IoStream, SocketRef};
+use keepwire_proto::{Config, Instant, Pool};
+
 use super::*;
 use crate::protocols::decode_in_order;
 
@@ -302,4 +312,286 @@ fn startup_failures_say_whether_the_credentials_were_refused() {
     assert!(!garbage.is_auth());
     let huge = [b'R', 0x7f, 0, 0, 0];
     assert!(run(&startup, &huge).is_err());
+}
+
+#[test]
+fn a_query_is_one_allocation_and_its_length_is_checked_before_its_text() {
+    let mut wire = BytesMut::new();
+    Postgres::new()
+        .encode(b"SELECT 1", None, &mut wire)
+        .unwrap();
+    assert_eq!(wire.capacity(), wire.len(), "reserved exactly: {wire:?}");
+    // The length field counts itself and the NUL: the longest text leaves it at i32::MAX.
+    let longest = i32::MAX as usize - 5;
+    assert_eq!(query_length(longest), Ok(i32::MAX));
+    assert_eq!(query_length(0), Ok(5));
+    for len in [longest + 1, i32::MAX as usize, usize::MAX] {
+        assert_eq!(
+            query_length(len),
+            Err(EncodeError::TooLong {
+                len: len as u64,
+                max: longest as u64
+            })
+        );
+    }
+}
+
+#[test]
+fn messages_and_responses_of_exactly_the_limit_are_taken() {
+    // One DataRow whose body is exactly `max_message`, in a response of exactly
+    // `max_response` bytes.
+    let row = data_row(&[Some("abcd")]); // body: 2 + 4 + 4 = 10 bytes
+    let response = [row.clone(), complete("SELECT 1"), ready(b'I')].concat();
+    let exact = Postgres::with_limits(10, response.len());
+    let got = decode_in_order(&mut *exact.decoder(), &mut BytesMut::from(&response[..]));
+    assert_eq!(got, Ok(vec![Bytes::from(response.clone())]));
+
+    let got = decode_in_order(
+        &mut *Postgres::with_limits(9, response.len()).decoder(),
+        &mut BytesMut::from(&response[..]),
+    );
+    assert_eq!(got, Err(Violation::FrameTooLong { len: 10, max: 9 }));
+    let got = decode_in_order(
+        &mut *Postgres::with_limits(10, response.len() - 1).decoder(),
+        &mut BytesMut::from(&response[..]),
+    );
+    assert_eq!(
+        got,
+        Err(Violation::FrameTooLong {
+            len: response.len() as u64,
+            max: response.len() as u64 - 1
+        })
+    );
+}
+
+#[test]
+fn rows_hold_values_nulls_and_empty_strings() {
+    let response = [
+        row_description(&["a", "b", "c"]),
+        data_row(&[Some("12"), None, Some("")]),
+        data_row(&[Some("x"), Some("yz"), None]),
+        complete("SELECT 2"),
+        ready(b'T'),
+    ]
+    .concat();
+    let parsed = Response::parse(&Bytes::from(response)).unwrap();
+    let result = &parsed.results[0];
+    assert_eq!(result.columns, ["a", "b", "c"]);
+    let b = |s: &'static str| Some(Bytes::from_static(s.as_bytes()));
+    assert_eq!(
+        result.rows,
+        [vec![b("12"), None, b("")], vec![b("x"), b("yz"), None]]
+    );
+    assert_eq!(parsed.status, TransactionStatus::InTransaction);
+    // A row that announces more values than its body holds is truncated, even where the
+    // next message's bytes would read as a NULL.
+    let short = msg(b'D', b"\0\x02\0\0\0\x01a");
+    let next = b"\xff\xff\xff\xff".to_vec();
+    assert_eq!(
+        Response::parse(&Bytes::from([short, next].concat())),
+        Err(Malformed::Truncated(b'D'))
+    );
+}
+
+#[test]
+fn row_descriptions_may_have_no_column_but_not_less_than_a_count() {
+    let none = [row_description(&[]), complete("SELECT 1"), ready(b'I')].concat();
+    let parsed = Response::parse(&Bytes::from(none)).unwrap();
+    assert!(parsed.results[0].columns.is_empty());
+    let one_byte = [msg(b'T', b"\0"), ready(b'I')].concat();
+    assert_eq!(
+        Response::parse(&Bytes::from(one_byte)),
+        Err(Malformed::Truncated(b'T'))
+    );
+}
+
+#[test]
+fn copy_out_rows_are_kept_one_value_each() {
+    let response = [
+        msg(b'H', b"\0\0\x01\0\0"),
+        msg(b'd', b"1\t2\n"),
+        msg(b'd', b"3\t4\n"),
+        msg(b'c', b""),
+        complete("COPY 2"),
+        ready(b'I'),
+    ]
+    .concat();
+    let parsed = Response::parse(&Bytes::from(response)).unwrap();
+    let rows = &parsed.results[0].rows;
+    assert_eq!(
+        rows,
+        &[
+            vec![Some(Bytes::from_static(b"1\t2\n"))],
+            vec![Some(Bytes::from_static(b"3\t4\n"))]
+        ]
+    );
+    assert_eq!(parsed.results[0].tag, "COPY 2");
+}
+
+#[test]
+fn notices_take_the_unlocalized_severity_and_the_detail() {
+    let fields = |fields: &[(u8, &str)]| {
+        let mut body = Vec::new();
+        for (field, value) in fields {
+            body.push(*field);
+            body.extend_from_slice(value.as_bytes());
+            body.push(0);
+        }
+        body.push(0);
+        body
+    };
+    let german = fields(&[
+        (b'S', "FEHLER"),
+        (b'V', "ERROR"),
+        (b'C', "42P01"),
+        (b'M', "relation \"t\" does not exist"),
+        (b'D', "it never did"),
+        (b'P', "15"),
+    ]);
+    let notice = Notice::parse(&german).unwrap();
+    assert_eq!(notice.severity, "ERROR");
+    assert_eq!(notice.detail.as_deref(), Some("it never did"));
+    assert_eq!(
+        notice.to_string(),
+        "ERROR 42P01: relation \"t\" does not exist (it never did)"
+    );
+    // A server before 9.6 sends the localized severity alone.
+    let old = fields(&[(b'S', "WARNING"), (b'C', "01000"), (b'M', "careful")]);
+    let notice = Notice::parse(&old).unwrap();
+    assert_eq!((notice.severity.as_str(), notice.detail), ("WARNING", None));
+    assert_eq!(Notice::parse(b"S"), Err(Malformed::Truncated(b'E')));
+}
+
+#[test]
+fn malformed_says_what_it_is() {
+    let cases = [
+        (Malformed::UnknownMessage(b'x'), "unknown message type 'x'"),
+        (Malformed::Unexpected(b'G'), "unexpected message type 'G'"),
+        (Malformed::BadLength(3), "message length 3 is below 4"),
+        (
+            Malformed::MessageTooLong { len: 9, max: 8 },
+            "a message of 9 bytes exceeds the limit of 8",
+        ),
+        (
+            Malformed::ResponseTooLong { len: 9, max: 8 },
+            "a response of 9 bytes exceeds the limit of 8",
+        ),
+        (Malformed::BadStatus(b'Q'), "unknown transaction status 'Q'"),
+        (Malformed::Truncated(b'D'), "a truncated 'D' message"),
+        (
+            Malformed::Incomplete,
+            "a response without its ReadyForQuery",
+        ),
+    ];
+    for (malformed, text) in cases {
+        assert_eq!(malformed.to_string(), text);
+    }
+}
+
+#[test]
+fn the_startup_refuses_what_it_cannot_follow() {
+    let startup = Startup::new("app", "db");
+    // Bytes after ReadyForQuery, arriving with it: the server is not speaking this protocol.
+    let mut trailing = BytesMut::from(&[auth_request(0), ready(b'I'), ready(b'I')].concat()[..]);
+    let e = startup.step(&mut trailing).unwrap_err();
+    assert!(e.to_string().contains("after ReadyForQuery"), "{e}");
+    // A message a startup never receives (a query's RowDescription).
+    let mut early = BytesMut::from(&row_description(&["a"])[..]);
+    let e = startup.step(&mut early).unwrap_err();
+    assert!(e.to_string().contains("unexpected message type 'T'"), "{e}");
+    // An authentication request too short for its code.
+    let mut short = BytesMut::from(&msg(b'R', b"\0\0")[..]);
+    let e = startup.step(&mut short).unwrap_err();
+    assert!(e.to_string().contains("truncated authentication"), "{e}");
+}
+
+#[test]
+fn startup_messages_up_to_64_kib_are_taken() {
+    let startup = Startup::new("app", "db");
+    let status = |len: usize| {
+        let mut body = b"long_setting\0".to_vec();
+        body.resize(len - 1, b'v');
+        body.push(0);
+        msg(b'S', &body)
+    };
+    let ok = [auth_request(0), status(MAX_STARTUP_MESSAGE), ready(b'I')].concat();
+    assert_eq!(run(&startup, &ok).unwrap(), [Step::Ready]);
+    let too_long = [auth_request(0), status(MAX_STARTUP_MESSAGE + 1)].concat();
+    let e = run(&startup, &too_long).unwrap_err();
+    assert!(e.to_string().contains("exceeds the limit of 65536"), "{e}");
+}
+
+/// A stream that never blocks, for [`Startup::run`]: reads hand out `incoming` a few bytes
+/// at a time, then end of stream; writes land in `written`. The socket is a real loopback
+/// one, for [`IoStream::socket`] only.
+#[derive(Debug)]
+struct Scripted {
+    socket: TcpStream,
+    _peer: TcpStream,
+    incoming: VecDeque<u8>,
+    written: Arc<Mutex<Vec<u8>>>,
+}
+
+impl IoStream for Scripted {
+    fn poll_read(&mut self, _: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        let n = buf.len().min(7).min(self.incoming.len());
+        for (slot, byte) in buf.iter_mut().zip(self.incoming.drain(..n)) {
+            *slot = byte;
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_write(&mut self, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.written.lock().unwrap().extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn socket(&self) -> SocketRef<'_> {
+        SocketRef::new(&self.socket)
+    }
+}
+
+/// Runs the startup hook over [`Scripted`] with `server`'s bytes: its outcome and what it
+/// wrote.
+fn hook(startup: &Startup, server: &[u8]) -> (Result<(), HandshakeError>, Vec<u8>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let socket = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (peer, _) = listener.accept().unwrap();
+    let written = Arc::default();
+    let stream = Scripted {
+        socket,
+        _peer: peer,
+        incoming: server.iter().copied().collect(),
+        written: Arc::clone(&written),
+    };
+    let now = Instant::from_secs(1);
+    let mut pool = Pool::new(Config::default(), now).unwrap();
+    let node = pool.add_node(now, SocketAddr::from(([127, 0, 0, 1], 1)));
+    pool.connect(now, node).unwrap();
+    let io = HandshakeIo::new(pool.current_conn(node).unwrap(), Box::new(stream));
+    let future = pin!(startup.handshake(io));
+    let waker = Waker::noop();
+    let Poll::Ready(outcome) = future.poll(&mut Context::from_waker(waker)) else {
+        panic!("the startup waited on a stream that never blocks");
+    };
+    let written = written.lock().unwrap().clone();
+    (outcome.map(drop), written)
+}
+
+#[test]
+fn the_hook_runs_the_startup_over_the_connection() {
+    let startup = Startup::new("app", "db").password("secret");
+    let server = [auth_request(3), auth_request(0), ready(b'I')].concat();
+    let (outcome, written) = hook(&startup, &server);
+    assert_eq!(outcome, Ok(()));
+    let password = b"p\0\0\0\x0bsecret\0";
+    assert_eq!(written, [&startup.message()[..], password].concat());
+    // The server closes before ReadyForQuery.
+    let (outcome, _) = hook(&startup, &auth_request(0));
+    let e = outcome.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("closed the connection during startup"),
+        "{e}"
+    );
 }
