@@ -221,6 +221,19 @@ fn requests_are_checked_before_they_are_sent() {
     );
 }
 
+/// Each of `answers`, parsed as a whole answer, is refused with `error`.
+fn refused_as(error: &Malformed, answers: &[&[u8]]) {
+    for answer in answers {
+        let got = Reply::parse(&Bytes::copy_from_slice(answer));
+        assert_eq!(
+            got.as_ref(),
+            Err(error),
+            "{:?}",
+            String::from_utf8_lossy(answer)
+        );
+    }
+}
+
 #[test]
 fn every_one_line_answer_parses_to_its_reply() {
     let lines: &[(&[u8], Reply)] = &[
@@ -252,42 +265,27 @@ fn every_one_line_answer_parses_to_its_reply() {
 #[test]
 fn numbers_are_plain_digits_at_most_twenty() {
     // Rust's own parse takes a `+` and any number of leading zeros; memcached sends neither.
-    for line in [&b"+5\r\n"[..], b"000000000000000000042\r\n"] {
-        assert_eq!(
-            Reply::parse(&Bytes::copy_from_slice(line)),
-            Err(Malformed::UnknownReply),
-            "{:?}",
-            String::from_utf8_lossy(line)
-        );
-    }
+    refused_as(
+        &Malformed::UnknownReply,
+        &[b"+5\r\n", b"000000000000000000042\r\n"],
+    );
     assert_eq!(
         Reply::parse(&Bytes::from_static(b"00000000000000000042\r\n")),
         Ok(Reply::Number(42)),
         "twenty digits"
     );
-    for header in [
-        &b"VALUE k +5 1\r\nx\r\nEND\r\n"[..],
-        b"VALUE k 0 +1\r\nx\r\nEND\r\n",
-    ] {
-        assert_eq!(
-            Reply::parse(&Bytes::copy_from_slice(header)),
-            Err(Malformed::BadHeader),
-            "{:?}",
-            String::from_utf8_lossy(header)
-        );
-    }
+    refused_as(
+        &Malformed::BadHeader,
+        &[
+            b"VALUE k +5 1\r\nx\r\nEND\r\n",
+            b"VALUE k 0 +1\r\nx\r\nEND\r\n",
+        ],
+    );
 }
 
 #[test]
 fn a_bare_line_feed_is_told_from_an_unknown_line() {
-    for input in [&b"STORED\n"[..], b"VALUE k 0 1\n"] {
-        assert_eq!(
-            Reply::parse(&Bytes::copy_from_slice(input)),
-            Err(Malformed::BareLineFeed),
-            "{:?}",
-            String::from_utf8_lossy(input)
-        );
-    }
+    refused_as(&Malformed::BareLineFeed, &[b"STORED\n", b"VALUE k 0 1\n"]);
 }
 
 #[test]
@@ -384,17 +382,10 @@ fn lines_count_against_the_response_limit_too() {
 
 #[test]
 fn a_line_after_values_or_stats_is_unexpected() {
-    for input in [
-        &b"VALUE k 0 1\r\nx\r\nSTORED\r\n"[..],
-        b"STAT a 1\r\nSTORED\r\n",
-    ] {
-        assert_eq!(
-            Reply::parse(&Bytes::copy_from_slice(input)),
-            Err(Malformed::UnexpectedLine),
-            "{:?}",
-            String::from_utf8_lossy(input)
-        );
-    }
+    refused_as(
+        &Malformed::UnexpectedLine,
+        &[b"VALUE k 0 1\r\nx\r\nSTORED\r\n", b"STAT a 1\r\nSTORED\r\n"],
+    );
 }
 
 #[test]
