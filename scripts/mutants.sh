@@ -5,7 +5,7 @@
 # those are listed, each with its reason, in mutants-equivalent.txt and not counted against
 # the score.
 #
-# Three targets, chosen by MUTANTS_CRATE:
+# Four targets, chosen by MUTANTS_CRATE:
 #   proto   (default) keepwire-proto's core, against proto's own tests (unit and integration;
 #           not the doc tests).
 #   driver  keepwire-driver, in two passes: its own unit tests first (seconds per mutant),
@@ -16,6 +16,10 @@
 #           one pass against their own tests and the socket suites that run through them, on
 #           all three runtimes (most of their mutants do not build; a first run against
 #           fewer suites took 13 min, smol's file alone takes 4).
+#   codecs  the example protocol codecs of keepwire-tests (tests/src/protocols: RESP, DNS,
+#           memcached, PostgreSQL), which applications copy and which decode untrusted bytes,
+#           against the crate's unit tests of those codecs (`protocols::`; the crate's other
+#           unit tests start real servers). About 5-11 min per codec with MUTANTS_JOBS=2.
 #
 # Not run by CI: the whole proto core (about 1,390 mutants) takes about 1 h 50 min on 2 cores
 # with MUTANTS_JOBS=2 (MUTATION.md); run the files a change touched.
@@ -24,11 +28,12 @@
 #   FILE...  source files to mutate (globs as cargo-mutants' --file takes them); default for
 #            proto: the core (node/*.rs, pool/*.rs, outbound, timers and timers/keyed,
 #            select.rs and select/*.rs, backoff, requests); for driver: the driver future and
-#            its children (driver.rs, driver/*.rs); for adapters: all of their sources.
+#            its children (driver.rs, driver/*.rs); for adapters: all of their sources; for
+#            codecs: the four codecs and memcached's request checks.
 # Environment:
-#   MUTANTS_CRATE proto (default), driver or adapters
+#   MUTANTS_CRATE proto (default), driver, adapters or codecs
 #   MUTANTS_OUT   where cargo-mutants writes mutants.out/ and this script its report
-#                 (default target/mutants, target/mutants-driver or target/mutants-adapters)
+#                 (default target/mutants, or target/mutants-CRATE for the others)
 #   MUTANTS_JOBS  mutants built and tested at once (default 1; each needs its own build; the
 #                 driver's second pass always runs one at a time, its tests use real timers)
 #   MUTANTS_REPORT_ONLY=1  skip the run; write the report again from $MUTANTS_OUT/mutants.out
@@ -84,8 +89,21 @@ case $crate in
       files=('adapters/tokio/src/*.rs' 'adapters/smol/src/*.rs' 'adapters/async-std/src/*.rs')
     fi
     ;;
+  codecs)
+    packages=(keepwire-tests)
+    default_out=target/mutants-codecs
+    if [ ${#files[@]} -eq 0 ]; then
+      files=(
+        tests/src/protocols/redis.rs
+        tests/src/protocols/dns.rs
+        tests/src/protocols/memcached.rs
+        tests/src/protocols/memcached/request.rs
+        tests/src/protocols/postgres.rs
+      )
+    fi
+    ;;
   *)
-    echo "MUTANTS_CRATE must be proto, driver or adapters, not '$crate'" >&2
+    echo "MUTANTS_CRATE must be proto, driver, adapters or codecs, not '$crate'" >&2
     exit 1
     ;;
 esac
@@ -137,8 +155,15 @@ integration_filter="(package(keepwire-tests) and not test(/on_async_std/) and $s
 # The adapters' pass: the same suites on all three runtimes, and the adapters' own tests.
 adapters_filter="(package(keepwire-tests) and $socket_suites) or package(keepwire-tokio) or package(keepwire-smol) or package(keepwire-async-std)"
 
+# The codecs' unit tests take milliseconds unoptimised, and an optimised build of the tests
+# crate takes 16 s per mutant against 1-2 s: they build at the usual test profile.
+profile_args=(--profile mutants)
+if [ "$crate" = codecs ]; then
+  profile_args=()
+fi
+
 run_mutants() {
-  cargo mutants "${package_args[@]}" "${file_args[@]}" --profile mutants --output "$out" \
+  cargo mutants "${package_args[@]}" "${file_args[@]}" "${profile_args[@]}" --output "$out" \
     --no-shuffle "$@"
 }
 
@@ -172,6 +197,12 @@ if [ -z "${MUTANTS_REPORT_ONLY:-}" ]; then
       # One at a time, as the driver's second pass: the suites use real timers.
       run_mutants --jobs 1 --all-features --timeout 90 --test-tool nextest \
         --cargo-arg=--package=keepwire-tests -- -E "$adapters_filter" || status=$?
+      ;;
+    codecs)
+      # --lib for the build too (a cargo argument, not only a test one): the tests crate's
+      # suites and examples would otherwise be built with every mutant.
+      run_mutants --jobs "${MUTANTS_JOBS:-1}" --cargo-arg=--lib -- protocols:: ||
+        status=$?
       ;;
   esac
 fi
