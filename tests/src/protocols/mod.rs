@@ -31,6 +31,16 @@ fn decode_in_order(
     Ok(out)
 }
 
+/// Every response a fresh decoder of `codec` cuts from `input` arriving whole
+/// ([`decode_in_order`]).
+#[cfg(test)]
+fn decode_whole(
+    codec: &impl keepwire_driver::Codec,
+    input: &[u8],
+) -> Result<Vec<bytes::Bytes>, keepwire_driver::Violation> {
+    decode_in_order(&mut *codec.decoder(), &mut bytes::BytesMut::from(input))
+}
+
 #[cfg(test)]
 mod tests {
     //! Mutated valid streams, fed in random chunks: the decoders and parsers answer with a

@@ -1,5 +1,5 @@
 use super::*;
-use crate::protocols::decode_in_order;
+use crate::protocols::{decode_in_order, decode_whole};
 
 #[test]
 fn the_heartbeat_is_version_and_its_answer_one_line() {
@@ -54,11 +54,7 @@ fn expected() -> Vec<Reply> {
 
 #[test]
 fn answers_are_cut_alike_whole_and_byte_by_byte() {
-    let whole = decode_in_order(
-        &mut *Memcached::new().decoder(),
-        &mut BytesMut::from(ANSWERS),
-    )
-    .unwrap();
+    let whole = decode_whole(&Memcached::new(), ANSWERS).unwrap();
     let parsed: Vec<Reply> = whole.iter().map(|r| Reply::parse(r).unwrap()).collect();
     assert_eq!(parsed, expected());
 
@@ -103,10 +99,7 @@ fn garbage_is_a_typed_violation() {
         assert_eq!(got, Err(*violation), "{:?}", String::from_utf8_lossy(input));
     }
     let endless = vec![b'1'; MAX_LINE + 2];
-    let got = decode_in_order(
-        &mut *Memcached::new().decoder(),
-        &mut BytesMut::from(&endless[..]),
-    );
+    let got = decode_whole(&Memcached::new(), &endless);
     assert_eq!(got, Err(Violation::MalformedHeader));
 }
 
@@ -295,14 +288,15 @@ fn a_line_of_exactly_max_line_bytes_is_an_answer_and_one_more_is_not() {
         line.resize(len, b'v');
         line
     };
+    let longest = line(MAX_LINE);
     // Its `\r` alone is not yet a line's end, nor too long.
-    let mut waiting = BytesMut::from(&line(MAX_LINE)[..]);
+    let mut waiting = BytesMut::from(&longest[..]);
     waiting.put_u8(b'\r');
     let mut decoder = Memcached::new().decoder();
     assert_eq!(decoder.decode(&mut waiting), Ok(None));
     waiting.put_u8(b'\n');
     let cut = decode_in_order(&mut *decoder, &mut waiting).unwrap();
-    let version = Bytes::copy_from_slice(&line(MAX_LINE)[8..]);
+    let version = Bytes::copy_from_slice(&longest[8..]);
     assert_eq!(Reply::parse(&cut[0]), Ok(Reply::Version(version)));
 
     let mut longer = line(MAX_LINE + 1);
@@ -324,17 +318,11 @@ fn values_and_responses_of_exactly_the_limit_are_taken() {
     // A value of exactly `max_value` bytes, in a response of exactly `max_response` bytes.
     let answer = b"VALUE k 0 3\r\nabc\r\nEND\r\n";
     let exact = Memcached::with_limits(3, answer.len());
-    let cut = decode_in_order(&mut *exact.decoder(), &mut BytesMut::from(&answer[..])).unwrap();
+    let cut = decode_whole(&exact, answer).unwrap();
     assert_eq!(cut, [Bytes::from_static(answer)]);
-    let got = decode_in_order(
-        &mut *Memcached::with_limits(2, answer.len()).decoder(),
-        &mut BytesMut::from(&answer[..]),
-    );
+    let got = decode_whole(&Memcached::with_limits(2, answer.len()), answer);
     assert_eq!(got, Err(Violation::FrameTooLong { len: 3, max: 2 }));
-    let got = decode_in_order(
-        &mut *Memcached::with_limits(3, answer.len() - 1).decoder(),
-        &mut BytesMut::from(&answer[..]),
-    );
+    let got = decode_whole(&Memcached::with_limits(3, answer.len() - 1), answer);
     assert_eq!(
         got,
         Err(Violation::FrameTooLong {
@@ -345,10 +333,7 @@ fn values_and_responses_of_exactly_the_limit_are_taken() {
     // A value that ends exactly at the limit passes its header's check; the `END` after it
     // does not, and the error gives the whole response's length.
     let value_end = answer.len() - b"END\r\n".len();
-    let got = decode_in_order(
-        &mut *Memcached::with_limits(3, value_end).decoder(),
-        &mut BytesMut::from(&answer[..]),
-    );
+    let got = decode_whole(&Memcached::with_limits(3, value_end), answer);
     assert_eq!(
         got,
         Err(Violation::FrameTooLong {
@@ -362,17 +347,10 @@ fn values_and_responses_of_exactly_the_limit_are_taken() {
 fn lines_count_against_the_response_limit_too() {
     // No VALUE here: the limit is met by STAT lines and their END alone.
     let stats = b"STAT a 1\r\nSTAT b 2\r\nEND\r\n";
-    let cut = decode_in_order(
-        &mut *Memcached::with_limits(10, stats.len()).decoder(),
-        &mut BytesMut::from(&stats[..]),
-    )
-    .unwrap();
+    let cut = decode_whole(&Memcached::with_limits(10, stats.len()), stats).unwrap();
     assert_eq!(cut, [Bytes::from_static(stats)]);
     for max in [stats.len() - 1, 15] {
-        let got = decode_in_order(
-            &mut *Memcached::with_limits(10, max).decoder(),
-            &mut BytesMut::from(&stats[..]),
-        );
+        let got = decode_whole(&Memcached::with_limits(10, max), stats);
         assert!(
             matches!(got, Err(Violation::FrameTooLong { max: m, .. }) if m == max as u64),
             "{max}: {got:?}"

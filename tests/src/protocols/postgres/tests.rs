@@ -9,7 +9,7 @@ use keepwire_driver::{IoStream, SocketRef};
 use keepwire_proto::{Config, Instant, Pool};
 
 use super::*;
-use crate::protocols::decode_in_order;
+use crate::protocols::{decode_in_order, decode_whole};
 
 fn msg(ty: u8, body: &[u8]) -> Vec<u8> {
     let mut m = vec![ty];
@@ -42,20 +42,27 @@ fn data_row(values: &[Option<&str>]) -> Vec<u8> {
     msg(b'D', &body)
 }
 
-fn error(severity: &str, code: &str, message: &str) -> Vec<u8> {
+/// The body of an ErrorResponse or NoticeResponse: each field's code and NUL-terminated
+/// value, then a NUL.
+fn notice_body(fields: &[(u8, &str)]) -> Vec<u8> {
     let mut body = Vec::new();
-    for (field, value) in [
-        (b'S', severity),
-        (b'V', severity),
-        (b'C', code),
-        (b'M', message),
-    ] {
-        body.push(field);
+    for (field, value) in fields {
+        body.push(*field);
         body.extend_from_slice(value.as_bytes());
         body.push(0);
     }
     body.push(0);
-    msg(b'E', &body)
+    body
+}
+
+fn error(severity: &str, code: &str, message: &str) -> Vec<u8> {
+    let fields = [
+        (b'S', severity),
+        (b'V', severity),
+        (b'C', code),
+        (b'M', message),
+    ];
+    msg(b'E', &notice_body(&fields))
 }
 
 fn complete(tag: &str) -> Vec<u8> {
@@ -105,11 +112,7 @@ fn stream() -> Vec<u8> {
 #[test]
 fn responses_are_cut_alike_whole_and_byte_by_byte() {
     let wire = stream();
-    let whole = decode_in_order(
-        &mut *Postgres::new().decoder(),
-        &mut BytesMut::from(&wire[..]),
-    )
-    .unwrap();
+    let whole = decode_whole(&Postgres::new(), &wire).unwrap();
     assert_eq!(whole.len(), 3);
     let mut decoder = Postgres::new().decoder();
     let mut buf = BytesMut::new();
@@ -176,10 +179,7 @@ fn garbage_is_a_typed_violation() {
         ),
     ];
     for (input, violation) in cases {
-        let got = decode_in_order(
-            &mut *Postgres::new().decoder(),
-            &mut BytesMut::from(&input[..]),
-        );
+        let got = decode_whole(&Postgres::new(), &input);
         assert_eq!(got, Err(violation), "{input:?}");
     }
     // A response past the limit, over several messages.
@@ -341,20 +341,14 @@ fn messages_and_responses_of_exactly_the_limit_are_taken() {
     // One DataRow whose body is exactly `max_message`, in a response of exactly
     // `max_response` bytes.
     let row = data_row(&[Some("abcd")]); // body: 2 + 4 + 4 = 10 bytes
-    let response = [row.clone(), complete("SELECT 1"), ready(b'I')].concat();
+    let response = [row, complete("SELECT 1"), ready(b'I')].concat();
     let exact = Postgres::with_limits(10, response.len());
-    let got = decode_in_order(&mut *exact.decoder(), &mut BytesMut::from(&response[..]));
+    let got = decode_whole(&exact, &response);
     assert_eq!(got, Ok(vec![Bytes::from(response.clone())]));
 
-    let got = decode_in_order(
-        &mut *Postgres::with_limits(9, response.len()).decoder(),
-        &mut BytesMut::from(&response[..]),
-    );
+    let got = decode_whole(&Postgres::with_limits(9, response.len()), &response);
     assert_eq!(got, Err(Violation::FrameTooLong { len: 10, max: 9 }));
-    let got = decode_in_order(
-        &mut *Postgres::with_limits(10, response.len() - 1).decoder(),
-        &mut BytesMut::from(&response[..]),
-    );
+    let got = decode_whole(&Postgres::with_limits(10, response.len() - 1), &response);
     assert_eq!(
         got,
         Err(Violation::FrameTooLong {
@@ -430,17 +424,7 @@ fn copy_out_rows_are_kept_one_value_each() {
 
 #[test]
 fn notices_take_the_unlocalized_severity_and_the_detail() {
-    let fields = |fields: &[(u8, &str)]| {
-        let mut body = Vec::new();
-        for (field, value) in fields {
-            body.push(*field);
-            body.extend_from_slice(value.as_bytes());
-            body.push(0);
-        }
-        body.push(0);
-        body
-    };
-    let german = fields(&[
+    let german = notice_body(&[
         (b'S', "FEHLER"),
         (b'V', "ERROR"),
         (b'C', "42P01"),
@@ -456,7 +440,7 @@ fn notices_take_the_unlocalized_severity_and_the_detail() {
         "ERROR 42P01: relation \"t\" does not exist (it never did)"
     );
     // A server before 9.6 sends the localized severity alone.
-    let old = fields(&[(b'S', "WARNING"), (b'C', "01000"), (b'M', "careful")]);
+    let old = notice_body(&[(b'S', "WARNING"), (b'C', "01000"), (b'M', "careful")]);
     let notice = Notice::parse(&old).unwrap();
     assert_eq!((notice.severity.as_str(), notice.detail), ("WARNING", None));
     assert_eq!(Notice::parse(b"S"), Err(Malformed::Truncated(b'E')));
