@@ -58,6 +58,8 @@ fi
 
 crate=${MUTANTS_CRATE:-proto}
 files=("$@")
+# The optimised profile defined below, for every target but the codecs.
+profile_args=(--profile mutants)
 case $crate in
   proto)
     packages=(keepwire-proto)
@@ -93,6 +95,9 @@ case $crate in
   codecs)
     packages=(keepwire-tests)
     default_out=target/mutants-codecs
+    # Their unit tests take milliseconds unoptimised, and the tests crate's library builds
+    # in a median 1.3 s per mutant at the usual test profile against 3.4 s optimised.
+    profile_args=()
     if [ ${#files[@]} -eq 0 ]; then
       files=(
         tests/src/protocols/redis.rs
@@ -155,13 +160,6 @@ integration_filter="(package(keepwire-tests) and not test(/on_async_std/) and $s
 
 # The adapters' pass: the same suites on all three runtimes, and the adapters' own tests.
 adapters_filter="(package(keepwire-tests) and $socket_suites) or package(keepwire-tokio) or package(keepwire-smol) or package(keepwire-async-std)"
-
-# The codecs' unit tests take milliseconds unoptimised, and the tests crate's library builds in
-# a median 1.3 s per mutant at the usual test profile against 3.4 s optimised: they keep it.
-profile_args=(--profile mutants)
-if [ "$crate" = codecs ]; then
-  profile_args=()
-fi
 
 run_mutants() {
   cargo mutants "${package_args[@]}" "${file_args[@]}" "${profile_args[@]}" --output "$out" \
