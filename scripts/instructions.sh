@@ -22,7 +22,9 @@ for spec in \
   "lifecycle::keepwire_once 0 request_lifecycle/keepwire/0" \
   "lifecycle::keepwire_once 1000 request_lifecycle/keepwire/1000" \
   "lifecycle::Pipeline::step 64 pipeline/keepwire/64" \
-  "lifecycle::Pipeline::step 1000 pipeline/keepwire/1000"; do
+  "lifecycle::Pipeline::step 1000 pipeline/keepwire/1000" \
+  "lifecycle::Pipeline::step_in_order 64 pipeline_in_order/keepwire/64" \
+  "lifecycle::Pipeline::step_in_order 1000 pipeline_in_order/keepwire/1000"; do
   set -- $spec
   file="$out/callgrind.$2"
   LIFECYCLE_SIZE=$2 valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$file" \

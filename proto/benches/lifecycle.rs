@@ -6,6 +6,9 @@
 //!
 //! A second group, `pipeline`, runs a client's steady state: a window of 64 or 1,000 requests
 //! in flight, each step submitting one and answering the oldest, against a slab-and-FIFO floor.
+//! The third, `pipeline_in_order`, is the same for an in-order protocol (PostgreSQL, memcached,
+//! Redis): each response is reported with `handle_next_response`, which finds the oldest
+//! request itself.
 //!
 //! `cargo bench -p keepwire-proto --bench lifecycle -- --warm-up-time 1 --measurement-time 3`
 #![allow(missing_docs)]
@@ -251,7 +254,9 @@ impl Pipeline {
         pipeline
     }
 
-    /// Submits one request and writes it.
+    /// Submits one request and writes it. Inlined into each step, whose calls of
+    /// `Pool::submit` `scripts/instructions.sh` counts the steps by.
+    #[inline(always)]
     fn send(&mut self) {
         self.now = self.now + Duration::from_micros(1);
         let deadline = self.now + Duration::from_secs(5);
@@ -267,7 +272,9 @@ impl Pipeline {
         self.in_flight.push_back(id);
     }
 
-    /// One step: a new request out, the oldest answered.
+    /// One step: a new request out, the oldest answered by its id. Never inlined: callgrind
+    /// counts a step's instructions by this function (`scripts/instructions.sh`).
+    #[inline(never)]
     fn step(&mut self) {
         self.send();
         let oldest = self.in_flight.pop_front().unwrap();
@@ -275,6 +282,25 @@ impl Pipeline {
         self.pool
             .handle_response(self.now, conn, oldest, Bytes::from_static(b"ok"))
             .unwrap();
+        self.drain_events();
+    }
+
+    /// [`step`](Self::step) for an in-order protocol: the response answers the oldest request
+    /// written, which the pool finds itself. Never inlined, as `step`.
+    #[inline(never)]
+    fn step_in_order(&mut self) {
+        self.send();
+        let oldest = self.in_flight.pop_front().unwrap();
+        let conn = self.pool.current_conn(self.node).unwrap();
+        let answered = self
+            .pool
+            .handle_next_response(self.now, conn, Bytes::from_static(b"ok"));
+        assert_eq!(answered, Ok(Some(oldest)));
+        self.drain_events();
+    }
+
+    #[inline(always)]
+    fn drain_events(&mut self) {
         while let Some(event) = self.pool.poll_event() {
             black_box(matches!(event, Event::RequestDone { .. }));
         }
@@ -312,7 +338,14 @@ impl PipelineFloor {
 }
 
 fn pipeline(c: &mut Criterion) {
-    let mut group = c.benchmark_group("pipeline");
+    pipeline_group(c, "pipeline", Pipeline::step);
+    pipeline_group(c, "pipeline_in_order", Pipeline::step_in_order);
+}
+
+/// One group of pipelined steps: `step` is [`Pipeline::step`] or [`Pipeline::step_in_order`]
+/// (a function item, so each group calls its own directly).
+fn pipeline_group(c: &mut Criterion, name: &str, step: impl Fn(&mut Pipeline) + Copy) {
+    let mut group = c.benchmark_group(name);
     for window in [64usize, 1_000] {
         if !chosen(window) {
             continue;
@@ -321,17 +354,17 @@ fn pipeline(c: &mut Criterion) {
         let mut floor = PipelineFloor::new(window);
         let before = counting::allocations();
         for _ in 0..10_000 {
-            keepwire.step();
+            step(&mut keepwire);
         }
         let per_request = (counting::allocations() - before) as f64 / 10_000.0;
-        println!("pipeline, {window} in flight: {per_request:.2} allocations per request");
-        let (keepwire_cpu, floor_cpu) = cpu_per_request(|| keepwire.step(), || floor.step());
+        println!("{name}, {window} in flight: {per_request:.2} allocations per request");
+        let (keepwire_cpu, floor_cpu) = cpu_per_request(|| step(&mut keepwire), || floor.step());
         println!(
-            "pipeline, {window} in flight: {keepwire_cpu:.0} ns of thread CPU time per request, \
+            "{name}, {window} in flight: {keepwire_cpu:.0} ns of thread CPU time per request, \
              floor {floor_cpu:.0} ns (median of {CPU_ROUNDS} interleaved rounds)"
         );
         group.bench_function(BenchmarkId::new("keepwire", window), |b| {
-            b.iter(|| keepwire.step());
+            b.iter(|| step(&mut keepwire));
         });
         group.bench_function(BenchmarkId::new("floor", window), |b| {
             b.iter(|| floor.step());
