@@ -7,7 +7,7 @@
 # Usage: scripts/instructions.sh [BENCH_BINARY]
 #   BENCH_BINARY  a built lifecycle benchmark (default: $LIFECYCLE_BENCH, else build it and
 #                 take cargo's)
-# Needs valgrind (callgrind_annotate comes with it). Takes about 1.5 min.
+# Needs valgrind (callgrind_annotate comes with it). Takes about 2 min.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/callgrind.sh

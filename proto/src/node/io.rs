@@ -516,13 +516,28 @@ impl Node {
             self.unknown_response(sink.now, sink.config, sink.pool, id);
             return Err(HandleError::UnknownRequest);
         };
+        self.answered(sink, id, r, payload);
+        // Answered oldest first (the usual order), it leaves the awaited list at once instead
+        // of waiting there for `compact_awaiting`. (Here, not first: with the request's fields
+        // still to read, a skip first made the response save them on the stack.)
+        if self.awaiting.front() == Some(&id) {
+            self.awaiting.skip_front();
+        }
+        Ok(())
+    }
+
+    /// The response to `r` (request `id`), found in flight on this connection: the request
+    /// ends with it (or its late response is dropped), and its slot goes. The awaited list is
+    /// the caller's to keep.
+    #[inline(always)]
+    fn answered(&mut self, sink: &mut Sink<'_>, id: RequestId, r: Request, payload: Bytes) {
         if let Some(c) = self.conn.as_mut() {
             c.partial_since = None;
             self.disarm(sink, NodeTimer::Frame);
         }
         if r.heartbeat {
             self.heartbeat_answered(sink.now, sink.config, sink.pool, id);
-            return Ok(());
+            return;
         }
         // Nothing more can arrive for it: its slot goes now, its event (if it has not ended
         // yet) with what the slot said.
@@ -538,14 +553,8 @@ impl Node {
             // In panic mode a quarantined node still serves; an answer is the best proof.
             self.readmit(sink, Readmission::Answered);
         }
-        // Answered oldest first (the usual order), it leaves the awaited list at once instead
-        // of waiting there for `compact_awaiting`.
-        if self.awaiting.front() == Some(&id) {
-            self.awaiting.skip_front();
-        }
         self.requests -= 1;
         self.after_request_change(sink);
-        Ok(())
     }
 
     /// A response to `id`, not in flight on the connection, closes it as a protocol
@@ -565,38 +574,63 @@ impl Node {
         self.close(sink, CloseReason::Protocol(violation), true);
     }
 
-    /// A response arrived on `conn` for an in-order protocol: it answers the oldest request
-    /// written on that connection and not yet answered. A request that ended early (deadline,
-    /// cancel) after a byte of it was written keeps its place: its late response is consumed
-    /// here and dropped (`Ok(None)`), never handed to the request behind it. A response with
-    /// nothing in flight closes the connection as a violation.
+    /// A response arrived on the connection of generation `generation` for an in-order
+    /// protocol: it answers the oldest request written on that connection and not yet
+    /// answered. A request that ended early (deadline, cancel) after a byte of it was written
+    /// keeps its place: its late response is consumed here and dropped (`Ok(None)`), never
+    /// handed to the request behind it. A response with nothing in flight closes the
+    /// connection as a violation.
+    ///
+    /// Out of line: the reports other than the usual one call it here, while the usual one
+    /// (`Pool::report_answer`) inlines [`Node::respond_next`] alone.
+    #[inline(never)]
     pub(crate) fn next_response(
         &mut self,
         sink: &mut Sink<'_>,
-        conn: ConnId,
+        generation: u32,
         payload: Bytes,
     ) -> Result<Option<RequestId>, HandleError> {
-        let on_conn = |id: RequestId| {
-            sink.pool.requests.get(id).is_some_and(|r| {
-                r.stage
-                    == Stage::Sent {
-                        conn: conn.generation,
-                    }
-            })
-        };
-        while self.awaiting.front().is_some_and(|&id| !on_conn(id)) {
-            self.awaiting.pop_front(); // answered already, or from an earlier connection
+        self.respond_next(sink, generation, payload)
+    }
+
+    /// [`Node::next_response`], inlined into the pool's usual response report as
+    /// [`Node::respond`] is: the oldest awaited request is found, checked and answered with
+    /// one look at the request table.
+    #[inline(always)]
+    pub(crate) fn respond_next(
+        &mut self,
+        sink: &mut Sink<'_>,
+        generation: u32,
+        payload: Bytes,
+    ) -> Result<Option<RequestId>, HandleError> {
+        while let Some(&id) = self.awaiting.front() {
+            self.awaiting.skip_front();
+            let on_conn = sink
+                .pool
+                .requests
+                .get(id)
+                .filter(|r| r.node == self.id && r.stage == Stage::Sent { conn: generation })
+                .copied();
+            // Otherwise answered already, or from an earlier connection: dropped.
+            if let Some(r) = on_conn {
+                self.answered(sink, id, r, payload);
+                return Ok((!r.ended && !r.heartbeat).then_some(id));
+            }
         }
-        let oldest = match self.awaiting.pop_front() {
-            Some(id) => Some(id),
-            // A frame partly written is the oldest in flight when nothing was written whole.
-            None => self
-                .outbound
-                .front_live()
-                .filter(|f| f.written > 0)
-                .map(|f| f.id),
-        };
-        let Some(id) = oldest else {
+        self.respond_to_partly_written(sink, generation, payload)
+    }
+
+    /// [`Node::respond_next`] with nothing written whole awaiting an answer: a frame partly
+    /// written is the oldest in flight, else the response is a violation.
+    #[inline(never)]
+    fn respond_to_partly_written(
+        &mut self,
+        sink: &mut Sink<'_>,
+        generation: u32,
+        payload: Bytes,
+    ) -> Result<Option<RequestId>, HandleError> {
+        let oldest = self.outbound.front_live().filter(|f| f.written > 0);
+        let Some(id) = oldest.map(|f| f.id) else {
             sink.pool.counters.protocol_violations += 1;
             let violation = Violation::UnexpectedResponse;
             self.close(sink, CloseReason::Protocol(violation), true);
@@ -607,7 +641,7 @@ impl Node {
             .requests
             .get(id)
             .is_some_and(|r| !r.ended && !r.heartbeat);
-        self.response(sink, conn.generation, id, payload)?;
+        self.response(sink, generation, id, payload)?;
         Ok(live.then_some(id))
     }
 

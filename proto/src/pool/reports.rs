@@ -165,7 +165,13 @@ impl Pool {
         id: RequestId,
         payload: Bytes,
     ) -> Result<(), HandleError> {
-        self.report_response(now, conn, id, payload)
+        self.report_answer(
+            now,
+            conn,
+            payload,
+            |n, sink, payload| n.respond(sink, conn.generation, id, payload),
+            |n, sink, payload| n.response(sink, conn.generation, id, payload),
+        )
     }
 
     /// A response arrived on `conn` for an in-order protocol (PostgreSQL, memcached, Redis,
@@ -182,9 +188,13 @@ impl Pool {
         conn: ConnId,
         payload: Bytes,
     ) -> Result<Option<RequestId>, HandleError> {
-        self.report(now, conn, NodeState::is_established, |n, sink| {
-            n.next_response(sink, conn, payload)
-        })
+        self.report_answer(
+            now,
+            conn,
+            payload,
+            |n, sink, payload| n.respond_next(sink, conn.generation, payload),
+            |n, sink, payload| n.next_response(sink, conn.generation, payload),
+        )
     }
 
     /// The adapter read from `conn` and handed every complete response to

@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use super::{Pool, Target};
 use crate::event::{CloseReason, Event, HandleError, NodeState, Sent, SubmitError, Unavailable};
-use crate::ids::{ConnId, NodeId, RequestId};
+use crate::ids::{ConnId, NodeId};
 use crate::node::{Census, Node, Retry, Sink};
 use crate::select::{Placement, SelectIndex, Selection};
 use crate::time::Instant;
@@ -168,24 +168,32 @@ impl Pool {
         census_changed
     }
 
-    /// A response report ([`Pool::handle_response`]). On a `Ready` connection of a node not
-    /// in quarantine (the usual case) only a failed one, a violation that closes the
-    /// connection, can move the node in the census or hand back a retry: a successful one
-    /// could only move it by a readmission, which lifts a quarantine it does not have. So
-    /// [`Pool::with_node`]'s census, retry and panic bookkeeping is done after a failure only.
-    pub(super) fn report_response(
+    /// A response report, by id ([`Pool::handle_response`]) or in order
+    /// ([`Pool::handle_next_response`]): `usual` runs it on the node on the usual path below
+    /// (the node's part inlined), `other` on the rest (called out of line). Both are given the
+    /// `payload` rather than capturing it: a closure holding it made every response copy it
+    /// first, 11 instructions.
+    ///
+    /// On a `Ready` connection of a node not in quarantine (the usual case) only a failed
+    /// report, a violation that closes the connection, can move the node in the census or
+    /// hand back a retry: a successful one could only move it by a readmission, which lifts a
+    /// quarantine it does not have. So [`Pool::with_node`]'s census, retry and panic
+    /// bookkeeping is done after a failure only.
+    #[inline(always)]
+    pub(super) fn report_answer<R>(
         &mut self,
         now: Instant,
         conn: ConnId,
-        id: RequestId,
         payload: Bytes,
-    ) -> Result<(), HandleError> {
-        let usual = self.node(conn.node).is_ok_and(|n| {
+        usual: impl FnOnce(&mut Node, &mut Sink<'_>, Bytes) -> Result<R, HandleError>,
+        other: impl FnOnce(&mut Node, &mut Sink<'_>, Bytes) -> Result<R, HandleError>,
+    ) -> Result<R, HandleError> {
+        let is_usual = self.node(conn.node).is_ok_and(|n| {
             n.is_current(conn) && n.state() == NodeState::Ready && n.admission.quarantine.is_none()
         });
-        if !usual {
+        if !is_usual {
             return self.report(now, conn, NodeState::is_established, |n, sink| {
-                n.response(sink, conn.generation, id, payload)
+                other(n, sink, payload)
             });
         }
         let now = self.clock.advance(now);
@@ -194,7 +202,7 @@ impl Pool {
             .ok_or(HandleError::StaleNode)?;
         #[cfg(debug_assertions)]
         let census = node.census();
-        let result = node.respond(&mut sink, conn.generation, id, payload);
+        let result = usual(node, &mut sink, payload);
         node.touch(index);
         if result.is_ok() {
             #[cfg(debug_assertions)]
@@ -220,7 +228,7 @@ impl Pool {
         result
     }
 
-    /// [`Pool::with_node`]'s bookkeeping after a failed [`Pool::report_response`], out of
+    /// [`Pool::with_node`]'s bookkeeping after a failed [`Pool::report_answer`], out of
     /// line: the census moves from `before` to `after` (the node's own, before and after it).
     #[cold]
     #[inline(never)]
