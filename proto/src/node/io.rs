@@ -475,7 +475,7 @@ impl Node {
     /// request not in flight on that connection closes it as a protocol violation.
     ///
     /// Out of line: the reports other than the usual one call it here, while the usual one
-    /// (`Pool::report_response`) inlines [`Node::respond`] alone.
+    /// (`Pool::report_answer`) inlines [`Node::respond`] alone.
     #[inline(never)]
     pub(crate) fn response(
         &mut self,
