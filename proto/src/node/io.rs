@@ -605,13 +605,15 @@ impl Node {
     ) -> Result<Option<RequestId>, HandleError> {
         while let Some(&id) = self.awaiting.front() {
             self.awaiting.skip_front();
+            // An id of the list is this node's request while its slot holds it (a slot reused
+            // holds another id); otherwise answered already, or from an earlier connection:
+            // dropped.
             let on_conn = sink
                 .pool
                 .requests
                 .get(id)
-                .filter(|r| r.node == self.id && r.stage == Stage::Sent { conn: generation })
+                .filter(|r| r.stage == Stage::Sent { conn: generation })
                 .copied();
-            // Otherwise answered already, or from an earlier connection: dropped.
             if let Some(r) = on_conn {
                 self.answered(sink, id, r, payload);
                 return Ok((!r.ended && !r.heartbeat).then_some(id));

@@ -96,6 +96,20 @@ fn a_partly_written_request_is_the_oldest_when_nothing_was_written_whole() {
 }
 
 #[test]
+fn a_partly_written_request_that_was_cancelled_consumes_its_late_response() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let conn = h.ready(node);
+    let cancelled = h.submit(node, 10, secs(5));
+    let _ = h.transmit(conn).unwrap();
+    h.pool.handle_written(h.now, conn, 4).unwrap();
+    h.pool.cancel(h.now, cancelled).unwrap();
+    assert_eq!(answer(&mut h, conn, b"late"), None, "not a live request's");
+    assert_eq!(h.pool.counters().late_responses, 1);
+    assert_eq!(h.flush(conn), 6, "its frame is still finished");
+}
+
+#[test]
 fn a_response_with_nothing_in_flight_closes_only_that_connection() {
     let mut h = Harness::new(exact());
     let node = h.add();
