@@ -7,7 +7,7 @@
 # Usage: scripts/instructions.sh [BENCH_BINARY]
 #   BENCH_BINARY  a built lifecycle benchmark (default: $LIFECYCLE_BENCH, else build it and
 #                 take cargo's)
-# Needs valgrind (callgrind_annotate comes with it). Takes about 2 min.
+# Needs valgrind (callgrind_annotate comes with it). Takes about 3 min.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/callgrind.sh
@@ -24,7 +24,11 @@ for spec in \
   "lifecycle::Pipeline::step 64 pipeline/keepwire/64" \
   "lifecycle::Pipeline::step 1000 pipeline/keepwire/1000" \
   "lifecycle::Pipeline::step_in_order 64 pipeline_in_order/keepwire/64" \
-  "lifecycle::Pipeline::step_in_order 1000 pipeline_in_order/keepwire/1000"; do
+  "lifecycle::Pipeline::step_in_order 1000 pipeline_in_order/keepwire/1000" \
+  "lifecycle::routed_once 1 routed/keepwire/1" \
+  "lifecycle::routed_once 8 routed/keepwire/8" \
+  "lifecycle::routed_once 16 routed/keepwire/16" \
+  "lifecycle::routed_once 64 routed/keepwire/64"; do
   set -- $spec
   file="$out/callgrind.$2"
   LIFECYCLE_SIZE=$2 valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$file" \

@@ -8,7 +8,8 @@
 //! in flight, each step submitting one and answering the oldest, against a slab-and-FIFO floor.
 //! The third, `pipeline_in_order`, is the same for an in-order protocol (PostgreSQL, memcached,
 //! Redis): each response is reported with `handle_next_response`, which finds the oldest
-//! request itself.
+//! request itself. The fourth, `routed`, is the lifecycle with the pool choosing the node
+//! (`Target::Best`) among 1, 8, 16 or 64 ready nodes, every one of them busy.
 //!
 //! `cargo bench -p keepwire-proto --bench lifecycle -- --warm-up-time 1 --measurement-time 3`
 #![allow(missing_docs)]
@@ -63,6 +64,54 @@ fn keepwire_once(pool: &mut Pool, node: NodeId, now: Instant, bufs: &mut Vec<Byt
     let deadline = now + Duration::from_secs(5);
     let id = pool
         .submit(now, Target::Node(node), deadline, Bytes::from_static(FRAME))
+        .unwrap();
+    let conn = pool.poll_transmit(64 * 1024, bufs).unwrap();
+    pool.handle_written(now, conn, FRAME.len()).unwrap();
+    pool.handle_response(now, conn, id, Bytes::from_static(b"ok"))
+        .unwrap();
+    while let Some(event) = pool.poll_event() {
+        black_box(matches!(event, Event::RequestDone { .. }));
+    }
+}
+
+/// A pool of `nodes` ready nodes, node `k` holding `1 + k % 4` requests written and awaiting
+/// responses: no node is idle, so a routed request's node is chosen by comparing loads.
+fn routed_pool(nodes: usize) -> (Pool, Instant) {
+    let (mut pool, _, _, now) = busy_pool(0);
+    let mut bufs = Vec::new();
+    for k in 0..nodes {
+        let existing = pool.nodes().nth(k);
+        let node = match existing {
+            Some(node) => node,
+            None => {
+                let port = 9000 + k as u16;
+                let node = pool.add_node(now, std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+                pool.connect(now, node).unwrap();
+                let conn = pool.current_conn(node).unwrap();
+                pool.handle_connected(now, conn).unwrap();
+                node
+            }
+        };
+        for _ in 0..1 + k % 4 {
+            let deadline = now + Duration::from_secs(3_600);
+            pool.submit(now, Target::Node(node), deadline, Bytes::from_static(FRAME))
+                .unwrap();
+            let conn = pool.poll_transmit(usize::MAX, &mut bufs).unwrap();
+            pool.handle_written(now, conn, FRAME.len()).unwrap();
+        }
+    }
+    while pool.poll_action().is_some() {}
+    while pool.poll_event().is_some() {}
+    (pool, now)
+}
+
+/// The five steps with the pool choosing the node. Never inlined: callgrind counts a
+/// lifecycle's instructions by this function (`scripts/instructions.sh`).
+#[inline(never)]
+fn routed_once(pool: &mut Pool, now: Instant, bufs: &mut Vec<Bytes>) {
+    let deadline = now + Duration::from_secs(5);
+    let id = pool
+        .submit(now, Target::Best, deadline, Bytes::from_static(FRAME))
         .unwrap();
     let conn = pool.poll_transmit(64 * 1024, bufs).unwrap();
     pool.handle_written(now, conn, FRAME.len()).unwrap();
@@ -373,5 +422,37 @@ fn pipeline_group(c: &mut Criterion, name: &str, step: impl Fn(&mut Pipeline) + 
     group.finish();
 }
 
-criterion_group!(benches, lifecycle, pipeline);
+fn routed(c: &mut Criterion) {
+    let mut group = c.benchmark_group("routed");
+    for nodes in [1usize, 8, 16, 64] {
+        if !chosen(nodes) {
+            continue;
+        }
+        let (mut pool, now) = routed_pool(nodes);
+        let mut bufs = Vec::with_capacity(16);
+        routed_once(&mut pool, now, &mut bufs); // warm the free lists
+        let before = counting::allocations();
+        for _ in 0..10_000 {
+            routed_once(&mut pool, now, &mut bufs);
+        }
+        let per_request = (counting::allocations() - before) as f64 / 10_000.0;
+        println!("routed, {nodes} nodes: {per_request:.2} allocations per request");
+        let mut floor = Floor::with_pending(0);
+        floor.once(0);
+        let (keepwire_cpu, floor_cpu) = cpu_per_request(
+            || routed_once(&mut pool, now, &mut bufs),
+            || floor.once(black_box(5)),
+        );
+        println!(
+            "routed, {nodes} nodes: {keepwire_cpu:.0} ns of thread CPU time per request, \
+             floor {floor_cpu:.0} ns (median of {CPU_ROUNDS} interleaved rounds)"
+        );
+        group.bench_function(BenchmarkId::new("keepwire", nodes), |b| {
+            b.iter(|| routed_once(&mut pool, now, &mut bufs));
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, lifecycle, pipeline, routed);
 criterion_main!(benches);
