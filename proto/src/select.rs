@@ -29,14 +29,28 @@ pub enum Selection {
     },
 }
 
+/// Node slots up to which a pick scans them instead of asking the index: the index's
+/// upkeep (placing the nodes an input touched, then a descent of its trees) costs more than
+/// a scan of this many. A routed lifecycle over 1 and 8 busy nodes ran 1,388 and 1,574
+/// instructions through the index, 1,026 and 1,365 by the scan; at 12 nodes the two were
+/// 93 apart and at 16 the index was ahead (BENCHMARKS.md, "A scan for small pools"). Either
+/// gives the same node: the scan is the rule's reference, and the index is tested against it.
+pub(crate) const SCAN_UP_TO: usize = 8;
+
 impl Pool {
-    /// The rule, through the index: O(log n) in the number of nodes.
+    /// The rule: by a scan of at most [`SCAN_UP_TO`] node slots, else through the index,
+    /// O(log n) in the number of nodes.
     pub(crate) fn pick(&mut self, now: Instant) -> Selection {
         let count = self.node_slots();
         if count == 0 {
             return Selection::None { all_full: false };
         }
         let offset = self.draw_below(count);
+        if count <= SCAN_UP_TO {
+            // The nodes touched meanwhile stay listed in the index, to be placed anew when
+            // the pool outgrows the scan.
+            return self.scan_from(now, offset);
+        }
         self.pick_from(now, offset)
     }
 

@@ -7,10 +7,10 @@ use bytes::Bytes;
 
 use super::{Harness, exact, ms, secs};
 use crate::rng::Rng;
+use crate::select::SCAN_UP_TO;
 use crate::{Action, Failure, NodeId, SelectionRule, Target};
 
-fn random_tables(rule: SelectionRule, seed: u64) -> usize {
-    let mut rng = Rng::new(seed);
+fn random_config(rule: SelectionRule, rng: &mut Rng) -> crate::Config {
     let mut config = exact();
     config.selection = rule;
     config.max_in_flight = 3;
@@ -19,58 +19,73 @@ fn random_tables(rule: SelectionRule, seed: u64) -> usize {
     config.quarantine_after_failures = 2;
     config.quarantine_after_timeouts = 2;
     config.panic_threshold = [0.0, 0.5][rng.below(2)];
-    let mut h = Harness::new(config);
+    config
+}
+
+/// One random input to a random node of `nodes` (routed submits pick a node themselves).
+fn random_step(h: &mut Harness, nodes: &[NodeId], rng: &mut Rng) {
+    let n = nodes[rng.below(nodes.len())];
+    let now = h.now;
+    match rng.below(12) {
+        0 => drop(h.pool.connect(now, n)),
+        1 | 2 => {
+            if let Some(conn) = h.pool.current_conn(n) {
+                let _ = h.pool.handle_connected(now, conn);
+            }
+        }
+        3 => {
+            if let Some(conn) = h.pool.current_conn(n) {
+                let _ = h.pool.handle_connect_failed(now, conn, Failure::Refused);
+            }
+        }
+        4 | 5 => {
+            let frame = Bytes::from(alloc::vec![0; 10 + rng.below(200)]);
+            let _ = h.pool.submit(now, Target::Node(n), now + ms(500), frame);
+        }
+        6 => {
+            let frame = Bytes::from_static(b"best");
+            let _ = h.pool.submit(now, Target::Best, now + ms(500), frame);
+        }
+        7 => {
+            if let Some(conn) = h.pool.current_conn(n) {
+                h.flush(conn);
+            }
+        }
+        8 => drop(h.pool.throttle(now, n, now + ms(rng.below(300) as u64))),
+        9 => drop(if rng.below(2) == 0 {
+            h.pool.disable_node(now, n)
+        } else {
+            h.pool.enable_node(now, n)
+        }),
+        10 => {
+            if let Some(conn) = h.pool.current_conn(n) {
+                let _ = h.pool.handle_closed(now, conn, Failure::Reset);
+            }
+        }
+        _ => h.advance(ms(rng.below(400) as u64)),
+    }
+    h.collect();
+    h.actions.retain(|a| !matches!(a, Action::Close { .. }));
+}
+
+/// Every offset's pick through the index against the scan's: how many were compared.
+fn compare_every_offset(h: &mut Harness, nodes: usize, seed: u64) -> usize {
+    let now = h.pool.latest();
+    for offset in 0..nodes {
+        let (indexed, scanned) = (h.pool.pick_from(now, offset), h.pool.scan_from(now, offset));
+        assert_eq!(indexed, scanned, "seed {seed}, offset {offset}");
+    }
+    nodes
+}
+
+fn random_tables(rule: SelectionRule, seed: u64) -> usize {
+    let mut rng = Rng::new(seed);
+    let mut h = Harness::new(random_config(rule, &mut rng));
     let nodes: Vec<NodeId> = (0..1 + rng.below(40)).map(|_| h.add()).collect();
     let mut compared = 0;
     for _ in 0..300 {
-        let n = nodes[rng.below(nodes.len())];
-        let now = h.now;
-        match rng.below(12) {
-            0 => drop(h.pool.connect(now, n)),
-            1 | 2 => {
-                if let Some(conn) = h.pool.current_conn(n) {
-                    let _ = h.pool.handle_connected(now, conn);
-                }
-            }
-            3 => {
-                if let Some(conn) = h.pool.current_conn(n) {
-                    let _ = h.pool.handle_connect_failed(now, conn, Failure::Refused);
-                }
-            }
-            4 | 5 => {
-                let frame = Bytes::from(alloc::vec![0; 10 + rng.below(200)]);
-                let _ = h.pool.submit(now, Target::Node(n), now + ms(500), frame);
-            }
-            6 => {
-                let frame = Bytes::from_static(b"best");
-                let _ = h.pool.submit(now, Target::Best, now + ms(500), frame);
-            }
-            7 => {
-                if let Some(conn) = h.pool.current_conn(n) {
-                    h.flush(conn);
-                }
-            }
-            8 => drop(h.pool.throttle(now, n, now + ms(rng.below(300) as u64))),
-            9 => drop(if rng.below(2) == 0 {
-                h.pool.disable_node(now, n)
-            } else {
-                h.pool.enable_node(now, n)
-            }),
-            10 => {
-                if let Some(conn) = h.pool.current_conn(n) {
-                    let _ = h.pool.handle_closed(now, conn, Failure::Reset);
-                }
-            }
-            _ => h.advance(ms(rng.below(400) as u64)),
-        }
-        h.collect();
-        h.actions.retain(|a| !matches!(a, Action::Close { .. }));
-        let now = h.pool.latest();
-        for offset in 0..nodes.len() {
-            let (indexed, scanned) = (h.pool.pick_from(now, offset), h.pool.scan_from(now, offset));
-            assert_eq!(indexed, scanned, "seed {seed}, offset {offset}");
-            compared += 1;
-        }
+        random_step(&mut h, &nodes, &mut rng);
+        compared += compare_every_offset(&mut h, nodes.len(), seed);
     }
     compared
 }
@@ -83,6 +98,27 @@ fn the_index_picks_what_the_linear_scan_picks_over_random_node_tables() {
         compared += random_tables(SelectionRule::LeastRecentlyAttempted, seed + 1_000);
     }
     assert!(compared > 100_000, "{compared} picks compared");
+}
+
+#[test]
+fn a_pool_that_outgrows_the_scan_picks_through_an_index_kept_up_to_date() {
+    // Up to `SCAN_UP_TO` node slots a pick scans and never asks the index: the nodes that
+    // inputs touch meanwhile, and the time that passes, must be in the index once the pool
+    // outgrows the scan.
+    for seed in 0..40 {
+        let mut rng = Rng::new(seed);
+        let mut h = Harness::new(random_config(SelectionRule::FewestFailedAttempts, &mut rng));
+        let mut nodes: Vec<NodeId> = (0..SCAN_UP_TO).map(|_| h.add()).collect();
+        for _ in 0..100 + rng.below(200) {
+            random_step(&mut h, &nodes, &mut rng);
+        }
+        nodes.extend((0..1 + rng.below(8)).map(|_| h.add()));
+        compare_every_offset(&mut h, nodes.len(), seed);
+        for _ in 0..50 {
+            random_step(&mut h, &nodes, &mut rng);
+            compare_every_offset(&mut h, nodes.len(), seed);
+        }
+    }
 }
 
 #[test]
