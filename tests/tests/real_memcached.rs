@@ -504,7 +504,14 @@ async fn a_killed_server_restarted_on_the_same_port(runtime: Arc<dyn Runtime>) {
                 sleep(&*runtime, Duration::from_millis(1)).await;
             }
         }
-        let local = client.node_info(node).await.unwrap().socket.unwrap().local_addr.unwrap();
+        // The requests count from their submit, and the connection may still be on its way
+        // under load: its socket is known once it is established.
+        let local = loop {
+            if let Some(socket) = client.node_info(node).await.unwrap().socket {
+                break socket.local_addr.unwrap();
+            }
+            sleep(&*runtime, Duration::from_millis(1)).await;
+        };
         until_stalled(&*runtime, local, server.addr()).await;
         // Read and kill back to back: the stopped server takes bytes only at zero-window
         // probes, hundreds of milliseconds apart by now, so the count cannot move between.
