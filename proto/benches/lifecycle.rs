@@ -38,32 +38,52 @@ fn busy_pool(pending: usize) -> (Pool, NodeId, ConnId, Instant) {
     config.seed = Some(1);
     let now = Instant::from_secs(1);
     let mut pool = Pool::new(config, now).unwrap();
-    let node = pool.add_node(
-        now,
-        "127.0.0.1:9000".parse::<std::net::SocketAddr>().unwrap(),
-    );
-    pool.connect(now, node).unwrap();
-    let conn = pool.current_conn(node).unwrap();
-    pool.handle_connected(now, conn).unwrap();
-    let mut bufs = Vec::new();
+    let node = ready_node(&mut pool, now, 9000);
     for i in 0..pending {
         let deadline = now + Duration::from_secs(3_600 + (i as u64 * 7_919) % 3_600);
-        let frame = Bytes::from_static(FRAME);
-        pool.submit(now, Target::Node(node), deadline, frame)
-            .unwrap();
-        let conn = pool.poll_transmit(usize::MAX, &mut bufs).unwrap();
-        pool.handle_written(now, conn, FRAME.len()).unwrap();
+        written(&mut pool, now, node, deadline);
     }
     while pool.poll_action().is_some() {}
     while pool.poll_event().is_some() {}
+    let conn = pool.current_conn(node).unwrap();
     (pool, node, conn, now)
 }
 
-/// The five steps through keepwire.
+/// A node on loopback `port`, connected and ready.
+fn ready_node(pool: &mut Pool, now: Instant, port: u16) -> NodeId {
+    let node = pool.add_node(now, std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    pool.connect(now, node).unwrap();
+    let conn = pool.current_conn(node).unwrap();
+    pool.handle_connected(now, conn).unwrap();
+    node
+}
+
+/// A request to `node`, submitted and written whole: it awaits its response until `deadline`.
+fn written(pool: &mut Pool, now: Instant, node: NodeId, deadline: Instant) {
+    pool.submit(now, Target::Node(node), deadline, Bytes::from_static(FRAME))
+        .unwrap();
+    let conn = pool.poll_transmit(usize::MAX, &mut Vec::new()).unwrap();
+    pool.handle_written(now, conn, FRAME.len()).unwrap();
+}
+
+/// The five steps through keepwire, to a named node.
 fn keepwire_once(pool: &mut Pool, node: NodeId, now: Instant, bufs: &mut Vec<Bytes>) {
+    once(pool, Target::Node(node), now, bufs);
+}
+
+/// The five steps with the pool choosing the node. Never inlined: callgrind counts a
+/// lifecycle's instructions by this function (`scripts/instructions.sh`).
+#[inline(never)]
+fn routed_once(pool: &mut Pool, now: Instant, bufs: &mut Vec<Bytes>) {
+    once(pool, Target::Best, now, bufs);
+}
+
+/// Submit, hand-out, write report, response and its event, for a request to `target`.
+#[inline(always)]
+fn once(pool: &mut Pool, target: Target, now: Instant, bufs: &mut Vec<Bytes>) {
     let deadline = now + Duration::from_secs(5);
     let id = pool
-        .submit(now, Target::Node(node), deadline, Bytes::from_static(FRAME))
+        .submit(now, target, deadline, Bytes::from_static(FRAME))
         .unwrap();
     let conn = pool.poll_transmit(64 * 1024, bufs).unwrap();
     pool.handle_written(now, conn, FRAME.len()).unwrap();
@@ -77,49 +97,19 @@ fn keepwire_once(pool: &mut Pool, node: NodeId, now: Instant, bufs: &mut Vec<Byt
 /// A pool of `nodes` ready nodes, node `k` holding `1 + k % 4` requests written and awaiting
 /// responses: no node is idle, so a routed request's node is chosen by comparing loads.
 fn routed_pool(nodes: usize) -> (Pool, Instant) {
-    let (mut pool, _, _, now) = busy_pool(0);
-    let mut bufs = Vec::new();
+    let (mut pool, first, _, now) = busy_pool(0);
     for k in 0..nodes {
-        let existing = pool.nodes().nth(k);
-        let node = match existing {
-            Some(node) => node,
-            None => {
-                let port = 9000 + k as u16;
-                let node = pool.add_node(now, std::net::SocketAddr::from(([127, 0, 0, 1], port)));
-                pool.connect(now, node).unwrap();
-                let conn = pool.current_conn(node).unwrap();
-                pool.handle_connected(now, conn).unwrap();
-                node
-            }
+        let node = match k {
+            0 => first,
+            _ => ready_node(&mut pool, now, 9000 + k as u16),
         };
         for _ in 0..1 + k % 4 {
-            let deadline = now + Duration::from_secs(3_600);
-            pool.submit(now, Target::Node(node), deadline, Bytes::from_static(FRAME))
-                .unwrap();
-            let conn = pool.poll_transmit(usize::MAX, &mut bufs).unwrap();
-            pool.handle_written(now, conn, FRAME.len()).unwrap();
+            written(&mut pool, now, node, now + Duration::from_secs(3_600));
         }
     }
     while pool.poll_action().is_some() {}
     while pool.poll_event().is_some() {}
     (pool, now)
-}
-
-/// The five steps with the pool choosing the node. Never inlined: callgrind counts a
-/// lifecycle's instructions by this function (`scripts/instructions.sh`).
-#[inline(never)]
-fn routed_once(pool: &mut Pool, now: Instant, bufs: &mut Vec<Bytes>) {
-    let deadline = now + Duration::from_secs(5);
-    let id = pool
-        .submit(now, Target::Best, deadline, Bytes::from_static(FRAME))
-        .unwrap();
-    let conn = pool.poll_transmit(64 * 1024, bufs).unwrap();
-    pool.handle_written(now, conn, FRAME.len()).unwrap();
-    pool.handle_response(now, conn, id, Bytes::from_static(b"ok"))
-        .unwrap();
-    while let Some(event) = pool.poll_event() {
-        black_box(matches!(event, Event::RequestDone { .. }));
-    }
 }
 
 /// The floor: the same five steps with a slab, a frame FIFO and an event queue, and none of

@@ -39,6 +39,14 @@ pub(crate) struct Request {
     pub(crate) ended: bool,
 }
 
+impl Request {
+    /// Whether the application still waits for this request: not ended, and not a heartbeat
+    /// (which ends silently). Its response is then the application's.
+    pub(crate) fn awaited(&self) -> bool {
+        !self.ended && !self.heartbeat
+    }
+}
+
 /// A slot of the table. A freed slot keeps its last request's fields (its `key` says it is
 /// free), so taking a request out moves nothing.
 #[derive(Debug)]

@@ -46,7 +46,7 @@ impl Pool {
         // that have not ended: every entry is one of them, and there are as many as them.
         let mut scheduled = 0;
         for (id, r) in self.requests().iter() {
-            scheduled += usize::from(!r.ended && !r.heartbeat);
+            scheduled += usize::from(r.awaited());
             let Ok(node) = self.node(r.node) else {
                 return Err(format!("{id:?} belongs to a removed node"));
             };

@@ -616,7 +616,7 @@ impl Node {
                 .copied();
             if let Some(r) = on_conn {
                 self.answered(sink, id, r, payload);
-                return Ok((!r.ended && !r.heartbeat).then_some(id));
+                return Ok(r.awaited().then_some(id));
             }
         }
         self.respond_to_partly_written(sink, generation, payload)
@@ -638,11 +638,7 @@ impl Node {
             self.close(sink, CloseReason::Protocol(violation), true);
             return Err(HandleError::UnknownRequest);
         };
-        let live = sink
-            .pool
-            .requests
-            .get(id)
-            .is_some_and(|r| !r.ended && !r.heartbeat);
+        let live = sink.pool.requests.get(id).is_some_and(Request::awaited);
         self.response(sink, generation, id, payload)?;
         Ok(live.then_some(id))
     }

@@ -363,7 +363,7 @@ impl Pool {
             .shared
             .requests
             .get(id)
-            .filter(|r| !r.ended && !r.heartbeat)
+            .filter(|r| r.awaited())
             .ok_or(HandleError::UnknownRequest)?
             .node;
         self.command(now, node, |n, sink| {
