@@ -32,8 +32,8 @@ pub enum Selection {
 /// Node slots up to which a pick scans them instead of asking the index: the index's
 /// upkeep (placing the nodes an input touched, then a descent of its trees) costs more than
 /// a scan of this many. A routed lifecycle over 1 and 8 busy nodes ran 1,388 and 1,574
-/// instructions through the index, 1,026 and 1,365 by the scan; at 12 nodes the two were
-/// 93 apart and at 16 the index was ahead (BENCHMARKS.md, "A scan for small pools"). Either
+/// instructions through the index, 1,026 and 1,365 by the scan; at 12 nodes the scan was
+/// still 93 ahead, at 16 the index was (BENCHMARKS.md, "A scan for small pools"). Either
 /// gives the same node: the scan is the rule's reference, and the index is tested against it.
 pub(crate) const SCAN_UP_TO: usize = 8;
 
