@@ -603,8 +603,7 @@ impl Node {
         generation: u32,
         payload: Bytes,
     ) -> Result<Option<RequestId>, HandleError> {
-        while let Some(&id) = self.awaiting.front() {
-            self.awaiting.skip_front();
+        while let Some(id) = self.awaiting.pop_front() {
             // An id of the list is this node's request while its slot holds it (a slot reused
             // holds another id); otherwise answered already, or from an earlier connection:
             // dropped.
