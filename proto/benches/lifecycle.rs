@@ -39,9 +39,10 @@ fn busy_pool(pending: usize) -> (Pool, NodeId, ConnId, Instant) {
     let now = Instant::from_secs(1);
     let mut pool = Pool::new(config, now).unwrap();
     let node = ready_node(&mut pool, now, 9000);
+    let mut bufs = Vec::new();
     for i in 0..pending {
         let deadline = now + Duration::from_secs(3_600 + (i as u64 * 7_919) % 3_600);
-        written(&mut pool, now, node, deadline);
+        written(&mut pool, now, node, deadline, &mut bufs);
     }
     while pool.poll_action().is_some() {}
     while pool.poll_event().is_some() {}
@@ -58,12 +59,22 @@ fn ready_node(pool: &mut Pool, now: Instant, port: u16) -> NodeId {
     node
 }
 
-/// A request to `node`, submitted and written whole: it awaits its response until `deadline`.
-fn written(pool: &mut Pool, now: Instant, node: NodeId, deadline: Instant) {
-    pool.submit(now, Target::Node(node), deadline, Bytes::from_static(FRAME))
+/// A request to `node`, submitted and written whole (handed out through `bufs`): it awaits
+/// its response until `deadline`.
+#[inline(always)]
+fn written(
+    pool: &mut Pool,
+    now: Instant,
+    node: NodeId,
+    deadline: Instant,
+    bufs: &mut Vec<Bytes>,
+) -> RequestId {
+    let id = pool
+        .submit(now, Target::Node(node), deadline, Bytes::from_static(FRAME))
         .unwrap();
-    let conn = pool.poll_transmit(usize::MAX, &mut Vec::new()).unwrap();
+    let conn = pool.poll_transmit(64 * 1024, bufs).unwrap();
     pool.handle_written(now, conn, FRAME.len()).unwrap();
+    id
 }
 
 /// The five steps through keepwire, to a named node.
@@ -98,13 +109,20 @@ fn once(pool: &mut Pool, target: Target, now: Instant, bufs: &mut Vec<Bytes>) {
 /// responses: no node is idle, so a routed request's node is chosen by comparing loads.
 fn routed_pool(nodes: usize) -> (Pool, Instant) {
     let (mut pool, first, _, now) = busy_pool(0);
+    let mut bufs = Vec::new();
     for k in 0..nodes {
         let node = match k {
             0 => first,
             _ => ready_node(&mut pool, now, 9000 + k as u16),
         };
         for _ in 0..1 + k % 4 {
-            written(&mut pool, now, node, now + Duration::from_secs(3_600));
+            written(
+                &mut pool,
+                now,
+                node,
+                now + Duration::from_secs(3_600),
+                &mut bufs,
+            );
         }
     }
     while pool.poll_action().is_some() {}
@@ -299,15 +317,13 @@ impl Pipeline {
     fn send(&mut self) {
         self.now = self.now + Duration::from_micros(1);
         let deadline = self.now + Duration::from_secs(5);
-        let frame = Bytes::from_static(FRAME);
-        let id = self
-            .pool
-            .submit(self.now, Target::Node(self.node), deadline, frame)
-            .unwrap();
-        let conn = self.pool.poll_transmit(64 * 1024, &mut self.bufs).unwrap();
-        self.pool
-            .handle_written(self.now, conn, FRAME.len())
-            .unwrap();
+        let id = written(
+            &mut self.pool,
+            self.now,
+            self.node,
+            deadline,
+            &mut self.bufs,
+        );
         self.in_flight.push_back(id);
     }
 
