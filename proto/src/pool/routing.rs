@@ -172,7 +172,7 @@ impl Pool {
     /// ([`Pool::handle_next_response`]): `usual` runs it on the node on the usual path below
     /// (the node's part inlined), `other` on the rest (called out of line). Both are given the
     /// `payload` rather than capturing it: a closure holding it made every response copy it
-    /// first, 11 instructions.
+    /// first, 6 instructions (`scripts/instructions.sh`, the lifecycle by id).
     ///
     /// On a `Ready` connection of a node not in quarantine (the usual case) only a failed
     /// report, a violation that closes the connection, can move the node in the census or
