@@ -34,14 +34,16 @@ impl Pool {
     pub fn check_invariants(&self) -> Result<(), String> {
         let slots = self.node_slots();
         if slots <= SLOTS_ON_STACK {
-            self.check_accounting(&mut [0; SLOTS_ON_STACK][..slots])
+            let mut counts = [[0; 2]; SLOTS_ON_STACK];
+            self.check_accounting(&mut counts[..slots])
         } else {
-            self.check_accounting(&mut alloc::vec![0; slots])
+            self.check_accounting(&mut alloc::vec![[0; 2]; slots])
         }
     }
 
-    /// [`Pool::check_invariants`], counting each node's requests in `held` (one per slot).
-    fn check_accounting(&self, held: &mut [usize]) -> Result<(), String> {
+    /// [`Pool::check_invariants`], counting each node's requests in `counts` (one per slot):
+    /// those it holds, and those written whole and awaiting a response.
+    fn check_accounting(&self, counts: &mut [[usize; 2]]) -> Result<(), String> {
         // The timer heap holds exactly the armed node timers and the deadlines of the requests
         // that have not ended: every entry is one of them, and there are as many as them.
         let mut scheduled = 0;
@@ -50,6 +52,8 @@ impl Pool {
             let Ok(node) = self.node(r.node) else {
                 return Err(format!("{id:?} belongs to a removed node"));
             };
+            let [held, sent] = &mut counts[r.node.index()];
+            *sent += usize::from(matches!(r.stage, crate::requests::Stage::Sent { .. }));
             if r.heartbeat {
                 // Not one of the node's requests; held by its connection until it ends.
                 if node.outstanding_heartbeat() != Some(id) {
@@ -57,7 +61,7 @@ impl Pool {
                 }
                 continue;
             }
-            held[r.node.index()] += 1;
+            *held += 1;
         }
         let mut total = 0;
         let mut census = crate::node::Census::default();
@@ -68,7 +72,17 @@ impl Pool {
         }
         for n in self.live_nodes() {
             scheduled += n.armed_timers();
-            n.check_invariants(self.config(), held[n.id().index()])?;
+            let [held, sent] = counts[n.id().index()];
+            n.check_invariants(self.config(), held)?;
+            // The awaited list holds exactly the node's requests written whole, every one
+            // on its current connection.
+            let generation = n.conn_id().map(|c| c.generation);
+            let listed = self
+                .requests()
+                .check_awaited(n.awaiting(), n.id(), generation)?;
+            if listed != sent {
+                return Err(format!("{:?}: {listed} awaited of {sent} sent", n.id()));
+            }
             total += n.outbound.pending();
             census.add(n.census());
         }

@@ -214,7 +214,12 @@ impl Node {
     /// still hold its slot for a late response; a drain does not wait for that).
     fn drained(&self, sink: &Sink<'_>) -> bool {
         let ended = |id: &RequestId| sink.pool.requests.get(*id).is_none_or(|r| r.ended);
-        self.outbound.live_ids().all(|id| ended(&id)) && self.awaiting.iter().all(ended)
+        self.outbound.live_ids().all(|id| ended(&id))
+            && sink
+                .pool
+                .requests
+                .awaited(&self.awaiting)
+                .all(|id| ended(&id))
     }
 
     // ---------------------------------------------------------------------------------------
@@ -244,7 +249,7 @@ impl Node {
     pub(crate) fn close(&mut self, sink: &mut Sink<'_>, reason: CloseReason, tell_adapter: bool) {
         let prev = self.state;
         let conn = self.conn.take();
-        Self::forget_heartbeat(sink, conn);
+        self.forget_heartbeat(sink, conn);
         let had_requests = self.requests > 0;
         self.stop_connection_timers(sink);
         self.want_connection = false;
@@ -366,16 +371,9 @@ impl Node {
             sink.end_request(id, outcome.clone(), frame.sent());
             self.free_request(sink, id);
         }
-        for id in self.awaiting.take_all() {
-            if sink
-                .pool
-                .requests
-                .get(id)
-                .is_some_and(|r| r.node == self.id)
-            {
-                sink.end_request(id, outcome.clone(), Sent::Fully);
-                self.free_request(sink, id);
-            }
+        for id in sink.pool.requests.take_awaited(&mut self.awaiting) {
+            sink.end_request(id, outcome.clone(), Sent::Fully);
+            self.free_request(sink, id);
         }
     }
 
@@ -388,7 +386,8 @@ impl Node {
     /// to nor reconnects the evicted handle: it is stale at once.
     pub(crate) fn evict(&mut self, sink: &mut Sink<'_>, reason: EvictReason) {
         let Some(conn) = self.conn_id() else { return };
-        Self::forget_heartbeat(sink, self.conn.take());
+        let gone = self.conn.take();
+        self.forget_heartbeat(sink, gone);
         self.want_connection = false;
         self.stop_connection_timers(sink);
         sink.pool.counters.evictions += 1;
@@ -399,9 +398,11 @@ impl Node {
         });
 
         let before = self.outbound.pending();
-        let mut gone: Vec<(RequestId, Sent)> = self
-            .awaiting
-            .take_all()
+        let mut gone: Vec<(RequestId, Sent)> = sink
+            .pool
+            .requests
+            .take_awaited(&mut self.awaiting)
+            .into_iter()
             .map(|id| (id, Sent::Fully))
             .collect();
         let requests = &sink.pool.requests;

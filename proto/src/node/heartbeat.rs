@@ -145,10 +145,16 @@ impl Node {
     }
 
     /// A connection is going: its outstanding heartbeat ends silently, its slot freed (its
-    /// frame, if queued, goes with the connection's other frames).
-    pub(super) fn forget_heartbeat(sink: &mut Sink<'_>, conn: Option<Conn>) {
-        if let Some(id) = conn.and_then(|c| c.heartbeat) {
-            sink.pool.requests.remove(id);
+    /// frame, if queued, goes with the connection's other frames; written, it leaves the
+    /// awaited list first).
+    pub(super) fn forget_heartbeat(&mut self, sink: &mut Sink<'_>, conn: Option<Conn>) {
+        let Some(id) = conn.and_then(|c| c.heartbeat) else {
+            return;
+        };
+        let requests = &mut sink.pool.requests;
+        if let Some(Stage::Sent { links, .. }) = requests.get(id).map(|r| r.stage) {
+            requests.leave(&mut self.awaiting, links);
         }
+        requests.remove(id);
     }
 }

@@ -299,22 +299,19 @@ impl Node {
             };
         };
         // More than was handed out: `report_written` refuses it, changing nothing.
-        let mut sent = 0usize;
         let mut freed = 0usize;
         let requests = &mut sink.pool.requests;
         let awaiting = &mut self.awaiting;
         let report = self
             .outbound
             .report_written(n, sink.config.low_watermark, |id, done| {
-                let Some(r) = requests.get_mut(id) else {
-                    return false;
-                };
                 if done {
-                    r.stage = Stage::Sent { conn: generation };
-                    awaiting.push_back(id);
-                    sent += 1;
+                    requests.await_response(awaiting, id, generation);
                     return false;
                 }
+                let Some(r) = requests.get(id) else {
+                    return false;
+                };
                 // Handed out, not one byte written: back in the queue, or dropped unsent now if
                 // its request ended meanwhile.
                 let (ended, heartbeat) = (r.ended, r.heartbeat);
@@ -329,9 +326,6 @@ impl Node {
         };
         sink.pool.total_pending.release(released);
         sink.writability(self.id, flip, self.outbound.pending());
-        if sent > 0 {
-            self.compact_awaiting(sink);
-        }
         if let Some(c) = self.conn.as_mut() {
             c.blocked = n < handed;
         }
@@ -367,11 +361,9 @@ impl Node {
         );
         sink.pool.total_pending.release(cost);
         sink.writability(self.id, flip, self.outbound.pending());
-        if let Some(r) = sink.pool.requests.get_mut(id) {
-            r.stage = Stage::Sent { conn: generation };
-            self.awaiting.push_back(id);
-            self.compact_awaiting(sink);
-        }
+        sink.pool
+            .requests
+            .await_response(&mut self.awaiting, id, generation);
         // Every byte handed out was taken: the write was not short.
         if let Some(c) = self.conn.as_mut() {
             c.blocked = false;
@@ -401,26 +393,6 @@ impl Node {
             c.blocked = false;
         }
         self.schedule_transmit(sink);
-    }
-
-    /// Keeps the list of awaited requests from outgrowing the live ones: inlined, the test;
-    /// out of line, the compaction.
-    #[inline(always)]
-    fn compact_awaiting(&mut self, sink: &Sink<'_>) {
-        if self.awaiting.len() > 2 * self.requests + 16 {
-            self.drop_answered(&sink.pool.requests);
-        }
-    }
-
-    /// Drops the awaited entries of requests answered or gone. (It takes the request table,
-    /// not the sink: see [`Sink`].)
-    #[inline(never)]
-    fn drop_answered(&mut self, requests: &crate::requests::Requests) {
-        self.awaiting.retain(|&a| {
-            requests
-                .get(a)
-                .is_some_and(|r| matches!(r.stage, Stage::Sent { .. }))
-        });
     }
 
     /// Arms the write timeout for the oldest unaccepted frame of a ready connection:
@@ -507,7 +479,7 @@ impl Node {
             .get(id)
             .filter(|r| r.node == self.id)
             .filter(|r| match r.stage {
-                Stage::Sent { conn } => conn == generation,
+                Stage::Sent { conn, .. } => conn == generation,
                 Stage::Queued { seq } => outbound.get(seq).is_some_and(|f| f.written > 0),
                 Stage::Reserved => false,
             })
@@ -517,20 +489,17 @@ impl Node {
             return Err(HandleError::UnknownRequest);
         };
         self.answered(sink, id, r, payload);
-        // Answered oldest first (the usual order), it leaves the awaited list at once instead
-        // of waiting there for `compact_awaiting`. (Here, not first: with the request's fields
-        // still to read, a skip first made the response save them on the stack.)
-        if self.awaiting.front() == Some(&id) {
-            self.awaiting.skip_front();
-        }
         Ok(())
     }
 
     /// The response to `r` (request `id`), found in flight on this connection: the request
-    /// ends with it (or its late response is dropped), and its slot goes. The awaited list is
-    /// the caller's to keep.
+    /// ends with it (or its late response is dropped), and it leaves the awaited list and
+    /// its slot.
     #[inline(always)]
     fn answered(&mut self, sink: &mut Sink<'_>, id: RequestId, r: Request, payload: Bytes) {
+        if let Stage::Sent { links, .. } = r.stage {
+            sink.pool.requests.leave(&mut self.awaiting, links);
+        }
         if let Some(c) = self.conn.as_mut() {
             c.partial_since = None;
             self.disarm(sink, NodeTimer::Frame);
@@ -594,8 +563,8 @@ impl Node {
     }
 
     /// [`Node::next_response`], inlined into the pool's usual response report as
-    /// [`Node::respond`] is: the oldest awaited request is found, checked and answered with
-    /// one look at the request table.
+    /// [`Node::respond`] is: the oldest awaited request is found and answered with one look
+    /// at the request table.
     #[inline(always)]
     pub(crate) fn respond_next(
         &mut self,
@@ -603,20 +572,15 @@ impl Node {
         generation: u32,
         payload: Bytes,
     ) -> Result<Option<RequestId>, HandleError> {
-        while let Some(id) = self.awaiting.pop_front() {
-            // An id of the list is this node's request while its slot holds it (a slot reused
-            // holds another id); otherwise answered already, or from an earlier connection:
-            // dropped.
-            let on_conn = sink
-                .pool
-                .requests
-                .get(id)
-                .filter(|r| r.stage == Stage::Sent { conn: generation })
-                .copied();
-            if let Some(r) = on_conn {
-                self.answered(sink, id, r, payload);
-                return Ok(r.awaited().then_some(id));
-            }
+        // The list holds only this connection's requests: a connection that goes takes its
+        // list along (`Node::fail_all`, `Node::evict`).
+        if let Some((id, &r)) = sink.pool.requests.front(&self.awaiting) {
+            debug_assert!(
+                r.sent_on(generation),
+                "{id:?} awaited from another connection"
+            );
+            self.answered(sink, id, r, payload);
+            return Ok(r.awaited().then_some(id));
         }
         self.respond_to_partly_written(sink, generation, payload)
     }

@@ -27,7 +27,7 @@ use crate::event::{Action, CloseReason, Event, NodeState, Outcome};
 use crate::fifo::{Fifo, Queue};
 use crate::ids::{ConnId, NodeId, RequestId};
 use crate::outbound::{ByteCount, Outbound};
-use crate::requests::Requests;
+use crate::requests::{Awaited, Requests};
 use crate::rng::Rng;
 use crate::time::Instant;
 use crate::timers::{NodeTimer, TimerHeap, TimerTable};
@@ -184,9 +184,8 @@ pub(crate) struct Node {
     conn_generation: u32,
     pub(crate) outbound: Outbound,
     /// Requests fully written and awaiting a response, in the order they were written (the
-    /// order an in-order protocol answers them). Removal is lazy: an entry whose request has
-    /// gone is skipped, and the list is compacted when it outgrows the live requests.
-    awaiting: Fifo<RequestId>,
+    /// order an in-order protocol answers them), linked through the request table.
+    awaiting: Awaited,
     /// Requests holding a slot for this node: queued, being written, awaiting a response, or
     /// ended by a deadline while in flight (the server may still be working on them).
     requests: usize,
@@ -225,7 +224,7 @@ impl Node {
             conn: None,
             conn_generation: 0,
             outbound: Outbound::new(),
-            awaiting: Fifo::new(),
+            awaiting: Awaited::new(),
             requests: 0,
             admission: Admission {
                 enabled: true,
@@ -505,10 +504,9 @@ impl Node {
 
 #[cfg(any(test, feature = "fuzzing"))]
 impl Node {
-    /// Entries in the list of awaited requests, stale ones included (for tests of its upkeep).
-    #[cfg(test)]
-    pub(crate) fn awaiting_len(&self) -> usize {
-        self.awaiting.len()
+    /// The list of requests awaiting a response (for checks against the request table).
+    pub(crate) fn awaiting(&self) -> &Awaited {
+        &self.awaiting
     }
 
     /// How many of its timers are armed (each has its one entry in the pool's heap).

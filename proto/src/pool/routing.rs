@@ -27,6 +27,11 @@ impl Pool {
         &self.shared.requests
     }
 
+    #[cfg(test)]
+    pub(crate) fn requests_mut(&mut self) -> &mut crate::requests::Requests {
+        &mut self.shared.requests
+    }
+
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn is_shut_down(&self) -> bool {
         self.shared.shut_down

@@ -62,3 +62,22 @@ fn a_node_timer_entry_at_another_instant_than_its_node_holds_fails_the_check() {
     h.pool.timer_heap_mut().schedule(at, key);
     assert_eq!(h.pool.check_invariants(), Ok(()));
 }
+
+#[test]
+fn a_written_request_missing_from_its_nodes_awaited_list_fails_the_check() {
+    let mut h = Harness::new(exact());
+    let node = h.add();
+    let conn = h.ready(node);
+    let written = h.submit(node, 10, super::secs(30));
+    h.flush(conn);
+    let queued = h.submit(node, 10, super::secs(30));
+    assert_eq!(h.pool.check_invariants(), Ok(()));
+    // The queued request marked written, as the one before it, but never put in the list.
+    let sent = h.pool.requests().get(written).unwrap().stage;
+    let r = h.pool.requests_mut().get_mut(queued).unwrap();
+    let stage = core::mem::replace(&mut r.stage, sent);
+    let err = h.pool.check_invariants().unwrap_err();
+    assert!(err.contains("1 awaited of 2 sent"), "{err}");
+    h.pool.requests_mut().get_mut(queued).unwrap().stage = stage;
+    assert_eq!(h.pool.check_invariants(), Ok(()));
+}

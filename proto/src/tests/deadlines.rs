@@ -1,7 +1,6 @@
 //! The upkeep of the pool's lists: timer-heap entries leave with their timer or request, and
-//! awaited requests answered out of order stay only until the pool prunes them, which it does
-//! before they pile up (one answered oldest first leaves at once). Request deadlines due at one
-//! instant end in the order submitted.
+//! an awaited request leaves its node's list with its answer, wherever it is in the list.
+//! Request deadlines due at one instant end in the order submitted.
 
 use super::{Harness, exact, secs};
 use crate::{ConnId, NodeId, RequestId};
@@ -41,7 +40,7 @@ fn deadlines_of_requests_that_ended_do_not_pile_up_in_the_timer_heap() {
 }
 
 /// A ready connection with no write timeout and two requests written and left unanswered, at
-/// the front of the list of awaited requests for the tests of its compaction.
+/// the front of the list of awaited requests for the tests of its upkeep.
 fn two_unanswered() -> (Harness, NodeId, ConnId, [RequestId; 2]) {
     let mut config = exact();
     config.write_timeout = core::time::Duration::ZERO;
@@ -56,7 +55,7 @@ fn two_unanswered() -> (Harness, NodeId, ConnId, [RequestId; 2]) {
     (h, node, conn, unanswered)
 }
 
-/// Compaction kept the ones still awaited: in-order responses find them, oldest first.
+/// The list kept the ones still awaited: in-order responses find them, oldest first.
 fn assert_answered_in_order(h: &mut Harness, conn: ConnId, unanswered: [RequestId; 2]) {
     for id in unanswered {
         let answered = h
@@ -67,58 +66,51 @@ fn assert_answered_in_order(h: &mut Harness, conn: ConnId, unanswered: [RequestI
     }
 }
 
-#[test]
-fn answered_requests_do_not_pile_up_in_the_awaited_list() {
-    let (mut h, node, conn, unanswered) = two_unanswered();
-    // Answered by id, each request leaves a stale entry in the list of awaited requests
-    // (removal is lazy). A write report that completes a frame drops the stale entries once
-    // the list holds more than 2 x requests + 16: here 2 x 3 + 16 = 22 (the two unanswered
-    // ones and the one just written), so it grows to 22 and the report that makes it 23
-    // brings it back to those 3.
-    let mut lengths = alloc::vec::Vec::new();
-    for _ in 0..100 {
-        let id = h.submit(node, 10, secs(600));
-        h.flush(conn);
-        lengths.push(h.pool.node(node).unwrap().awaiting_len());
-        h.respond(conn, id);
-    }
-    assert_eq!(
-        lengths.iter().max(),
-        Some(&22),
-        "never more than 22 after a report"
-    );
-    let expected: alloc::vec::Vec<usize> = (3..=22).chain([3, 4]).collect();
-    assert_eq!(&lengths[..22], &expected[..]);
-    assert_answered_in_order(&mut h, conn, unanswered);
+/// The node's list of awaited requests, oldest first.
+fn awaited(h: &Harness, node: NodeId) -> alloc::vec::Vec<RequestId> {
+    let list = h.pool.node(node).unwrap().awaiting();
+    h.pool.requests().awaited(list).collect()
 }
 
 #[test]
-fn answered_requests_do_not_pile_up_after_reports_of_several_frames() {
-    let (mut h, node, conn, unanswered) = two_unanswered();
-    // As above, but every report completes two frames handed out together (the report of a
-    // batch, not of a lone frame): the stale entries go once the list holds more than
-    // 2 x 4 + 16 = 24 after a report, so it grows to 24 and the report that makes it 26
-    // brings it back to the 4 awaited.
-    let mut out = alloc::vec::Vec::new();
-    let mut lengths = alloc::vec::Vec::new();
-    for _ in 0..30 {
-        let pair = [h.submit(node, 10, secs(600)), h.submit(node, 10, secs(600))];
-        assert_eq!(h.pool.poll_transmit(usize::MAX, &mut out), Some(conn));
-        assert_eq!(out.len(), 2, "both frames in one hand-out");
-        h.pool.handle_written(h.now, conn, 20).unwrap();
-        lengths.push(h.pool.node(node).unwrap().awaiting_len());
-        for id in pair {
-            h.respond(conn, id);
-        }
+fn a_request_answered_out_of_order_leaves_the_awaited_list_at_once() {
+    let (mut h, node, conn, [a, b]) = two_unanswered();
+    // Answered by id behind two older requests still awaited: each request is in the list
+    // from its write report to its answer, and no longer (the list never holds an answered
+    // request, so it has nothing to skip or compact).
+    for _ in 0..100 {
+        let id = h.submit(node, 10, secs(600));
+        assert_eq!(awaited(&h, node), [a, b], "queued, not yet awaited");
+        h.flush(conn);
+        assert_eq!(awaited(&h, node), [a, b, id]);
+        h.respond(conn, id);
+        assert_eq!(awaited(&h, node), [a, b]);
     }
-    assert_eq!(
-        lengths.iter().max(),
-        Some(&24),
-        "never more than 24 after a report"
-    );
-    let expected: alloc::vec::Vec<usize> = (2..=12).map(|n| 2 * n).chain([4, 6]).collect();
-    assert_eq!(&lengths[..13], &expected[..]);
-    assert_answered_in_order(&mut h, conn, unanswered);
+    assert_answered_in_order(&mut h, conn, [a, b]);
+    assert_eq!(awaited(&h, node), []);
+}
+
+#[test]
+fn requests_answered_anywhere_in_the_list_leave_it_after_reports_of_several_frames() {
+    let (mut h, node, conn, [a, b]) = two_unanswered();
+    // Every report completes three frames handed out together (the report of a batch, not of
+    // a lone frame); they are answered middle, last, first: the list keeps the rest in order
+    // each time.
+    let mut out = alloc::vec::Vec::new();
+    for _ in 0..30 {
+        let [x, y, z] = [0; 3].map(|_| h.submit(node, 10, secs(600)));
+        assert_eq!(h.pool.poll_transmit(usize::MAX, &mut out), Some(conn));
+        assert_eq!(out.len(), 3, "the frames in one hand-out");
+        h.pool.handle_written(h.now, conn, 30).unwrap();
+        assert_eq!(awaited(&h, node), [a, b, x, y, z]);
+        h.respond(conn, y);
+        assert_eq!(awaited(&h, node), [a, b, x, z]);
+        h.respond(conn, z);
+        assert_eq!(awaited(&h, node), [a, b, x]);
+        h.respond(conn, x);
+        assert_eq!(awaited(&h, node), [a, b]);
+    }
+    assert_answered_in_order(&mut h, conn, [a, b]);
 }
 
 #[test]
@@ -178,8 +170,7 @@ fn requests_answered_by_id_oldest_first_leave_the_awaited_list_at_once() {
     let node = h.add();
     let conn = h.ready(node);
     // A pipelined client's steady state: four in flight, the oldest answered each time. The
-    // answered request is the list's front, so it goes with its answer and the list never
-    // holds more than the four awaited (compaction alone would let it grow to 2 x 4 + 16).
+    // list holds exactly the four awaited, in the order written.
     let mut in_flight: alloc::collections::VecDeque<_> =
         (0..4).map(|_| h.submit(node, 10, secs(600))).collect();
     h.flush(conn);
@@ -187,7 +178,7 @@ fn requests_answered_by_id_oldest_first_leave_the_awaited_list_at_once() {
         h.respond(conn, in_flight.pop_front().unwrap());
         in_flight.push_back(h.submit(node, 10, secs(600)));
         h.flush(conn);
-        assert_eq!(h.pool.node(node).unwrap().awaiting_len(), 4);
+        assert!(awaited(&h, node).iter().eq(in_flight.iter()));
     }
 }
 
