@@ -164,7 +164,14 @@ impl SelectIndex {
         while let Some(&(at, slot)) = self.backoff.first().filter(|(t, _)| *t <= now) {
             self.backoff.remove(&(at, slot));
             let p = self.placements[slot as usize];
-            if let Class::In(Standing::Disconnected { rank, .. }) = p.class {
+            // A throttled node waits here only once its throttle ended (the loop above, or
+            // `insert`), while its placement still reads `Throttled`: its backoff ends the same.
+            if let Class::In(Standing::Disconnected { rank, .. })
+            | Class::Throttled {
+                then: Standing::Disconnected { rank, .. },
+                ..
+            } = p.class
+            {
                 self.reconnectable[usize::from(p.quarantined)].set(slot, Some(rank));
             }
         }

@@ -143,6 +143,23 @@ fn a_throttle_and_a_backoff_end_on_time_in_the_index() {
 }
 
 #[test]
+fn a_backoff_that_outlasts_a_throttle_still_ends_in_the_index() {
+    // The throttle ends first, with the node still in its backoff, and the node waits for
+    // that to end with its placement still throttled: when it ends, the node is a candidate.
+    let mut h = Harness::new(exact());
+    let a = h.add();
+    h.pool.throttle(h.now, a, h.now + ms(20)).unwrap();
+    h.refuse(a); // backs off 50 ms
+    let now = h.now;
+    let none = crate::Selection::None { all_full: false };
+    assert_eq!(h.pool.pick_from(now, 0), none, "throttled");
+    assert_eq!(h.pool.pick_from(now + ms(30), 0), none, "in its backoff");
+    let later = now + ms(50);
+    assert_eq!(h.pool.scan_from(later, 0), crate::Selection::Connect(a));
+    assert_eq!(h.pool.pick_from(later, 0), crate::Selection::Connect(a));
+}
+
+#[test]
 fn the_public_linear_scan_draws_and_picks_as_the_index_does() {
     // Two pools with the same seed and nodes: one picks through the index, the other through
     // `select_by_scan` (the benchmark's baseline); both draw the same offsets.
