@@ -31,11 +31,12 @@ pub enum Selection {
 
 /// Node slots up to which a pick scans them instead of asking the index: the index's
 /// upkeep (placing the nodes an input touched, then a descent of its trees) costs more than
-/// a scan of this many. A routed lifecycle over 1 and 8 busy nodes ran 1,388 and 1,574
-/// instructions through the index, 1,026 and 1,365 by the scan; at 12 nodes the scan was
-/// still 93 ahead, at 16 the index was (BENCHMARKS.md, "A scan for small pools"). Either
-/// gives the same node: the scan is the rule's reference, and the index is tested against it.
-pub(crate) const SCAN_UP_TO: usize = 8;
+/// a scan of this many. A routed lifecycle over 1 and 8 busy nodes ran 1,285 and 1,340
+/// instructions through the index, 1,043 and 1,381 by the scan, which grows by about 48 a
+/// node where the index grows by about 8: the two meet at 7 (BENCHMARKS.md, "A descent
+/// without recursion"). Either gives the same node: the scan is the rule's reference, and
+/// the index is tested against it.
+pub(crate) const SCAN_UP_TO: usize = 6;
 
 impl Pool {
     /// The rule: by a scan of at most [`SCAN_UP_TO`] node slots, else through the index,

@@ -344,24 +344,36 @@ impl<K: Ord + Copy> SegTree<K> {
         self.tree.get(1).copied().flatten()
     }
 
-    /// The first leaf at or after `from` holding `value` (the tree's minimum).
+    /// The first leaf at or after `from` holding `value`, which no leaf undercuts (the
+    /// minimum of this tree or of several). Bottom-up, with no recursion: from the leaf at
+    /// `from`, it climbs to the next subtree to the right until one holds `value` (an inner
+    /// node holds its subtree's minimum), then descends to that subtree's first leaf holding
+    /// it. Each level is a comparison or two, where a recursive descent from the root called
+    /// itself for the subtrees before `from` as well.
     fn first_with(&self, value: K, from: usize) -> Option<usize> {
         if from >= self.width {
             return None;
         }
-        self.descend(1, 0, self.width, value, from)
-    }
-
-    fn descend(&self, at: usize, lo: usize, hi: usize, value: K, from: usize) -> Option<usize> {
-        if hi <= from || self.tree[at].is_none_or(|v| v > value) {
-            return None;
+        debug_assert!(
+            self.min().is_none_or(|m| m >= value),
+            "a leaf undercuts the value"
+        );
+        let holds = |at: usize| self.tree[at] == Some(value);
+        let mut at = self.width + from;
+        while !holds(at) {
+            // The next subtree to the right: a right child's is its parent's right sibling's.
+            while at % 2 == 1 {
+                if at == 1 {
+                    return None; // the root's: nothing right of the last leaf
+                }
+                at /= 2;
+            }
+            at += 1;
         }
-        if hi - lo == 1 {
-            return (self.tree[at] == Some(value)).then_some(lo);
+        while at < self.width {
+            at = if holds(2 * at) { 2 * at } else { 2 * at + 1 };
         }
-        let mid = (lo + hi) / 2;
-        self.descend(2 * at, lo, mid, value, from)
-            .or_else(|| self.descend(2 * at + 1, mid, hi, value, from))
+        Some(at - self.width)
     }
 }
 
@@ -393,5 +405,35 @@ mod tests {
         assert_eq!(t.first_with(2, 0), Some(7));
         t.set(40, Some(0)); // grows
         assert_eq!((t.min(), t.first_with(0, 8)), (Some(0), Some(40)));
+    }
+
+    /// The first leaf holding the minimum from every offset, against a scan of the leaves,
+    /// over random trees of every size up to 70 leaves (past three powers of two).
+    #[test]
+    fn the_first_minimum_from_any_offset_is_what_a_scan_of_the_leaves_finds() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for round in 0..2_000u32 {
+            crate::tests::xorshift(&mut x);
+            let len = 1 + (x % 70) as usize;
+            let mut t = SegTree::default();
+            let mut leaves = alloc::vec![None; len];
+            for (slot, leaf) in leaves.iter_mut().enumerate() {
+                crate::tests::xorshift(&mut x);
+                // Few distinct loads and many empty slots, so minima repeat and gaps are long.
+                *leaf = (x % 3 != 0).then_some((x >> 8) % 4);
+                t.set(slot as u32, *leaf);
+            }
+            let min = leaves.iter().flatten().min().copied();
+            assert_eq!(t.min(), min, "round {round}");
+            let Some(min) = min else { continue };
+            for from in 0..len + 2 {
+                let scanned = (from..len).find(|&i| leaves[i] == Some(min));
+                assert_eq!(
+                    t.first_with(min, from),
+                    scanned,
+                    "round {round} from {from}"
+                );
+            }
+        }
     }
 }
