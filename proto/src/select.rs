@@ -31,11 +31,11 @@ pub enum Selection {
 
 /// Node slots up to which a pick scans them instead of asking the index: the index's
 /// upkeep (placing the nodes an input touched, then a descent of its trees) costs more than
-/// a scan of this many. A routed lifecycle over 1 and 8 busy nodes ran 1,285 and 1,340
+/// a scan of this many. A routed lifecycle over 1 and 8 busy nodes ran 1,262 and 1,310
 /// instructions through the index, 1,043 and 1,381 by the scan, which grows by about 48 a
-/// node where the index grows by about 8: the two meet at 7 (BENCHMARKS.md, "A descent
-/// without recursion"). Either gives the same node: the scan is the rule's reference, and
-/// the index is tested against it.
+/// node where the index grows by about 7: the two meet between 6 and 7 (BENCHMARKS.md, "A
+/// descent without recursion"). Either gives the same node: the scan is the rule's
+/// reference, and the index is tested against it.
 pub(crate) const SCAN_UP_TO: usize = 6;
 
 impl Pool {

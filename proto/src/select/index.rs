@@ -180,11 +180,10 @@ impl SelectIndex {
     /// The ready node with the fewest in flight (under `cap`), the first from `offset`; or
     /// whether there is none only because every ready node is full.
     pub(crate) fn ready(&self, offset: u32, cap: usize, panic: bool) -> Result<u32, bool> {
-        let classes = self.classes(panic);
-        let best = first_min(classes.iter().map(|&c| &self.ready[c]), offset);
-        match best {
+        match first_min(&self.ready, panic, offset) {
             Some((load, slot)) if load < cap => Ok(slot),
             found => {
+                let classes = self.classes(panic);
                 let unwritable: usize = classes.iter().map(|&c| self.unwritable[c]).sum();
                 Err(found.is_some() && unwritable == 0)
             }
@@ -193,14 +192,12 @@ impl SelectIndex {
 
     /// The first connecting node from `offset`.
     pub(crate) fn connecting(&self, offset: u32, panic: bool) -> Option<u32> {
-        let classes = self.classes(panic);
-        first_min(classes.iter().map(|&c| &self.connecting[c]), offset).map(|(_, slot)| slot)
+        first_min(&self.connecting, panic, offset).map(|(_, slot)| slot)
     }
 
     /// The best-ranked disconnected node past its backoff, the first from `offset`.
     pub(crate) fn reconnectable(&self, offset: u32, panic: bool) -> Option<u32> {
-        let classes = self.classes(panic);
-        first_min(classes.iter().map(|&c| &self.reconnectable[c]), offset).map(|(_, s)| s)
+        first_min(&self.reconnectable, panic, offset).map(|(_, slot)| slot)
     }
 
     fn classes(&self, panic: bool) -> &'static [usize] {
@@ -277,18 +274,22 @@ impl SelectIndex {
     }
 }
 
-/// Among several trees, the minimum value and the first slot holding it from `offset` on,
-/// wrapping around.
-fn first_min<'a, K: Ord + Copy + 'a>(
-    trees: impl Iterator<Item = &'a SegTree<K>> + Clone,
-    offset: u32,
-) -> Option<(K, u32)> {
-    let min = trees.clone().filter_map(SegTree::min).min()?;
-    let from_offset = trees
-        .clone()
-        .filter_map(|t| t.first_with(min, offset as usize))
-        .min();
-    let slot = from_offset.or_else(|| trees.filter_map(|t| t.first_with(min, 0)).min())?;
+/// The minimum value of the healthy tree, or in panic mode of both, and the first slot
+/// holding it from `offset` on, wrapping around.
+fn first_min<K: Ord + Copy>(trees: &[SegTree<K>; 2], panic: bool, offset: u32) -> Option<(K, u32)> {
+    let from = offset as usize;
+    if !panic {
+        // The usual pick reads one tree, with no iterator over the classes.
+        let tree = &trees[HEALTHY];
+        let min = tree.min()?;
+        let slot = tree
+            .first_with(min, from)
+            .or_else(|| tree.first_with(min, 0))?;
+        return Some((min, slot as u32));
+    }
+    let min = trees.iter().filter_map(SegTree::min).min()?;
+    let first = |from| trees.iter().filter_map(|t| t.first_with(min, from)).min();
+    let slot = first(from).or_else(|| first(0))?;
     Some((min, slot as u32))
 }
 
