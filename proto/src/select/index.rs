@@ -362,7 +362,8 @@ impl<K: Ord + Copy> SegTree<K> {
         let holds = |at: usize| self.tree[at] == Some(value);
         let mut at = self.width + from;
         while !holds(at) {
-            // The next subtree to the right: a right child's is its parent's right sibling's.
+            // The next subtree to the right: a left child's right sibling (a right child
+            // first climbs to the nearest ancestor that is a left child).
             while at % 2 == 1 {
                 if at == 1 {
                     return None; // the root's: nothing right of the last leaf
