@@ -182,8 +182,9 @@ impl Session {
                 return self.respond_arriving(i);
             }
             // A frame whose first bytes (fewer than its id) arrived is in flight: it may be
-            // the one named.
-            let known = self.reqs.contains_key(&id) || self.ended.contains(&id);
+            // the one named, a request's or a heartbeat's ping.
+            let known =
+                self.reqs.contains_key(&id) || self.ended.contains(&id) || self.pings.contains(&id);
             if known && !stream.buf.is_empty() && stream.arriving.is_none() {
                 return;
             }
