@@ -161,11 +161,12 @@ fn a_backoff_that_outlasts_a_throttle_still_ends_in_the_index() {
 
 #[test]
 fn the_public_linear_scan_draws_and_picks_as_the_index_does() {
-    // Two pools with the same seed and nodes: one picks through the index, the other through
-    // `select_by_scan` (the benchmark's baseline); both draw the same offsets.
+    // Two pools with the same seed and nodes: one picks through the index (more nodes than
+    // `SCAN_UP_TO`, or `select` would scan too), the other through `select_by_scan` (the
+    // benchmark's baseline); both draw the same offsets.
     let (mut indexed, mut scanned) = (Harness::new(exact()), Harness::new(exact()));
     for h in [&mut indexed, &mut scanned] {
-        let nodes: Vec<NodeId> = (0..5).map(|_| h.add()).collect();
+        let nodes: Vec<NodeId> = (0..SCAN_UP_TO + 3).map(|_| h.add()).collect();
         h.ready(nodes[1]);
         h.ready(nodes[3]);
     }
