@@ -62,7 +62,7 @@ impl Request {
 ///
 /// Every request in the list is live, so a slot must leave its list before it is freed
 /// ([`Requests::leave`]), or the list be taken whole ([`Requests::take_awaited`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Awaited {
     /// The oldest request's slot, or [`NIL`].
     head: u32,
