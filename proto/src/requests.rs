@@ -415,6 +415,16 @@ mod tests {
         }
     }
 
+    /// The links fit in the room `Stage` had: linking the list grew no slot, and a node's
+    /// list is two slot numbers (BENCHMARKS.md, "The awaited list, linked through the request
+    /// table").
+    #[test]
+    fn the_links_cost_a_slot_nothing_and_a_node_two_slot_numbers() {
+        assert_eq!(core::mem::size_of::<Stage>(), 16);
+        assert_eq!(core::mem::size_of::<Slot>(), 48);
+        assert_eq!(core::mem::size_of::<Awaited>(), 8);
+    }
+
     /// The list's check notices each way a list can be broken.
     #[test]
     fn a_broken_awaited_list_fails_its_check() {
