@@ -420,9 +420,9 @@ mod tests {
     /// table").
     #[test]
     fn the_links_cost_a_slot_nothing_and_a_node_two_slot_numbers() {
-        assert_eq!(core::mem::size_of::<Stage>(), 16);
-        assert_eq!(core::mem::size_of::<Slot>(), 48);
-        assert_eq!(core::mem::size_of::<Awaited>(), 8);
+        assert_eq!(size_of::<Stage>(), 16);
+        assert_eq!(size_of::<Slot>(), 48);
+        assert_eq!(size_of::<Awaited>(), 8);
     }
 
     /// The list's check notices each way a list can be broken.
