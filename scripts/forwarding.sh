@@ -8,6 +8,7 @@
 # Usage: scripts/forwarding.sh cost                what one such stall costs on this machine
 #                                                  (`scripts/forwarding_cost.rs`; no valgrind)
 #        scripts/forwarding.sh lifecycle           proto's lifecycle bench, nothing pending
+#        scripts/forwarding.sh in-order            its in-order pipeline, 64 in flight
 #        scripts/forwarding.sh client [RUNTIME] [IN_FLIGHT] [CLIENT] [SIZE]
 #                                                  one cell of the client bench (as
 #                                                  scripts/client-instructions.sh; 1 s)
@@ -30,10 +31,11 @@ fi
 rustc -O --edition 2021 scripts/forwarding.rs -o "$work/forwarding"
 
 case $what in
-  lifecycle)
+  lifecycle | in-order)
     lifecycle_bench
     requests=20000
     export LIFECYCLE_TRACE=$requests
+    if [ "$what" = in-order ]; then export LIFECYCLE_TRACE_IN_ORDER=1; fi
     run=("$bin" --bench)
     ;;
   client)
@@ -41,7 +43,10 @@ case $what in
     run=("$bin" --bench rt="$rt" size="$size" inflight="$in_flight" clients="$client" rounds=1
       ms=1000)
     ;;
-  *) echo "usage: $0 cost | lifecycle | client [RUNTIME] [IN_FLIGHT] [CLIENT] [SIZE]" >&2; exit 2 ;;
+  *)
+    echo "usage: $0 cost | lifecycle | in-order | client [RUNTIME] [IN_FLIGHT] [CLIENT] [SIZE]" >&2
+    exit 2
+    ;;
 esac
 
 valgrind --tool=lackey --trace-mem=yes --log-fd=9 "${run[@]}" 9>&1 >"$work/out" 2>/dev/null |

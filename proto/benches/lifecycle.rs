@@ -223,8 +223,16 @@ fn thread_cpu() -> Duration {
 }
 
 /// `LIFECYCLE_TRACE=N`: runs `N` lifecycles with nothing pending and exits, for a tracer too
-/// slow for criterion's runs (`scripts/forwarding.sh`).
+/// slow for criterion's runs (`scripts/forwarding.sh`). With `LIFECYCLE_TRACE_IN_ORDER` set,
+/// `N` steps of the in-order pipeline with 64 in flight instead.
 fn trace_only(requests: usize) -> ! {
+    if std::env::var_os("LIFECYCLE_TRACE_IN_ORDER").is_some() {
+        let mut pipeline = Pipeline::new(64);
+        for _ in 0..requests {
+            pipeline.step_in_order();
+        }
+        std::process::exit(0)
+    }
     let (mut pool, node, _, now) = busy_pool(0);
     let mut bufs = Vec::with_capacity(16);
     for _ in 0..requests {
