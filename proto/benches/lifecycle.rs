@@ -231,12 +231,12 @@ fn trace_only(requests: usize) -> ! {
         for _ in 0..requests {
             pipeline.step_in_order();
         }
-        std::process::exit(0)
-    }
-    let (mut pool, node, _, now) = busy_pool(0);
-    let mut bufs = Vec::with_capacity(16);
-    for _ in 0..requests {
-        keepwire_once(&mut pool, node, now, &mut bufs);
+    } else {
+        let (mut pool, node, _, now) = busy_pool(0);
+        let mut bufs = Vec::with_capacity(16);
+        for _ in 0..requests {
+            keepwire_once(&mut pool, node, now, &mut bufs);
+        }
     }
     std::process::exit(0)
 }
