@@ -211,8 +211,9 @@ impl Pool {
         node.touch(index);
         // Each arm builds its own result. Handed back whole, an in-order answer
         // (`Ok(Some(id))`, stored as two words) was copied out with one 16-byte load, which the
-        // store buffer cannot forward: about 4 ns of each in-order response
-        // (`scripts/forwarding.sh in-order`).
+        // store buffer cannot forward (`scripts/forwarding.sh in-order` finds it): about 3.5 ns
+        // of thread CPU per in-order response in the lifecycle bench's in-order pipeline
+        // (BENCHMARKS.md, "An in-order answer copied word by word").
         match result {
             Ok(answer) => {
                 #[cfg(debug_assertions)]
