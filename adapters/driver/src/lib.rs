@@ -232,7 +232,6 @@ mod service;
 mod socket;
 mod sync;
 mod telemetry;
-mod timer_thread;
 #[cfg(feature = "tls")]
 pub mod tls;
 
@@ -259,4 +258,3 @@ pub use socket::{
     NotApplied, OptionReport, PreparedSocket, SocketOption, SocketReadback, SocketRef, Unapplied,
     apply_options, finish_connect,
 };
-pub use timer_thread::ThreadTimer;

@@ -74,12 +74,10 @@ pub use keepwire_driver::*;
 use tokio::net::TcpSocket;
 use tokio::runtime::Handle;
 
-/// The tokio [`Runtime`]: spawns on a tokio runtime handle, uses tokio's clock and timers
-/// (or keepwire's timer thread: [`with_timer_thread`](Self::with_timer_thread)).
+/// The tokio [`Runtime`]: spawns on a tokio runtime handle, uses tokio's clock and timers.
 #[derive(Clone, Debug)]
 pub struct TokioRuntime {
     handle: Handle,
-    timer_thread: bool,
 }
 
 impl TokioRuntime {
@@ -88,45 +86,14 @@ impl TokioRuntime {
     /// # Panics
     /// Outside a tokio runtime (as `tokio::runtime::Handle::current` does).
     pub fn current() -> Self {
-        Self::from_handle(Handle::current())
+        Self {
+            handle: Handle::current(),
+        }
     }
 
     /// A given tokio runtime (its time and I/O drivers must be enabled).
     pub fn from_handle(handle: Handle) -> Self {
-        Self {
-            handle,
-            timer_thread: false,
-        }
-    }
-
-    /// keepwire's timers ([`ThreadTimer`]) on a thread of their own instead of tokio's timer
-    /// wheel, so that tokio parks without a timeout while requests wait for their answers.
-    ///
-    /// Each park with a timeout costs the kernel a timer armed and cancelled. In a VM whose
-    /// idle vCPUs halt that is an exit to the hypervisor when the timer is the vCPU's
-    /// earliest: measured at 2–4 µs of CPU per request with one request in flight (the
-    /// client benchmark in BENCHMARKS.md). The thread's wait is armed once per deadline
-    /// instead. Elsewhere it changes little either way; it costs one thread per process.
-    ///
-    /// Not with tokio's paused clock (`tokio::time::pause`): the thread sleeps on the real
-    /// clock, so virtual time would not fire keepwire's deadlines.
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// use keepwire_tokio::{Config, TokioRuntime};
-    ///
-    /// let client = keepwire_tokio::client(Config::default())
-    ///     .runtime(TokioRuntime::current().with_timer_thread())
-    ///     .node("127.0.0.1:7000".parse::<std::net::SocketAddr>()?)
-    ///     .build()?;
-    /// # drop(client);
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn with_timer_thread(mut self) -> Self {
-        self.timer_thread = true;
-        self
+        Self { handle }
     }
 }
 
@@ -146,9 +113,6 @@ impl Runtime for TokioRuntime {
     }
 
     fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn Timer>> {
-        if self.timer_thread {
-            return Box::pin(ThreadTimer::at(deadline));
-        }
         let _context = self.handle.enter();
         Box::pin(tokio::time::sleep_until(deadline.into()))
     }
