@@ -1,5 +1,5 @@
 //! The side-by-side benchmark of a real server's protocol, shared by `memcached_bench`,
-//! `redis_bench` and `dns_bench`: the keepwire client against a hand-written tokio client,
+//! `redis_bench`, `dns_bench` and `postgres_bench`: the keepwire client against a hand-written tokio client,
 //! both pipelining reads on one connection with the same number of requests in flight, against
 //! the same server, alternating in the same run.
 //!
@@ -13,7 +13,8 @@
 //! slot) to a writer task that batches whatever is queued into one write and passes the reply
 //! slots to a reader task that cuts answers and fills the slots; each call is wrapped in
 //! `tokio::time::timeout`. For an in-order protocol the writer sends the requests' bytes as
-//! they are and passes the slots in order; for one with ids it frames each request with the
+//! they are (framed as the protocol's requests are, for PostgreSQL) and passes the slots in
+//! order; for one with ids it frames each request with the
 //! codec and the next id of a wrapping counter, and passes (id, slot), which the reader keeps
 //! in a map until the answer with that id comes. Both clients frame and cut with the same codec, so what
 //! differs is keepwire: its deadlines, watermarks, write timeout, failure detection and the
@@ -27,7 +28,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use keepwire_tokio::{Codec, Config, Correlation, Decoded, Target};
+use keepwire_tokio::{Codec, Config, Correlation, Decoded, Target, TokioClientBuilder};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -53,6 +54,23 @@ pub(crate) trait Workload: Send + Sync + 'static {
     /// Changes to keepwire's default configuration, if any.
     fn configure(&self, config: &mut Config) {
         let _ = config;
+    }
+    /// keepwire's client for this protocol, from its builder: the handshake hook, if the
+    /// protocol sets a connection up before its first request.
+    fn keepwire(&self, builder: TokioClientBuilder) -> TokioClientBuilder {
+        builder
+    }
+    /// The hand-written client's set-up of a fresh connection, before its first request: what
+    /// [`Workload::keepwire`]'s hook does (PostgreSQL's startup).
+    async fn set_up(&self, stream: &mut TcpStream) -> std::io::Result<()> {
+        let _ = stream;
+        Ok(())
+    }
+    /// How the hand-written client's writer puts an in-order request on the wire: as it is,
+    /// unless the protocol frames its requests (PostgreSQL's Query message), as keepwire's
+    /// codec does.
+    fn write_in_order(&self, request: &[u8], out: &mut BytesMut) {
+        out.extend_from_slice(request);
     }
 }
 
@@ -83,7 +101,7 @@ pub(crate) async fn run_bench<W: Workload>(
     let rounds: usize = args.next().map_or(Ok(7), |a| a.parse())?;
     let workload = Arc::new(workload);
 
-    let loader = Handwritten::connect(addr, workload.codec()).await?;
+    let loader = Handwritten::connect(addr, Arc::clone(&workload)).await?;
     for (i, store) in (0..KEYS).filter_map(|i| Some((i, workload.store(i)?))) {
         let answer = loader.send(store).await?;
         assert!(workload.is_stored(&answer), "storing key {i}: {answer:?}");
@@ -163,15 +181,15 @@ async fn run<W: Workload>(
         Kind::Keepwire => {
             let mut config = Config::default();
             workload.configure(&mut config);
-            let client = keepwire_tokio::client(config)
+            let builder = keepwire_tokio::client(config)
                 .node(addr)
-                .codec(workload.codec())
-                .build()?;
+                .codec(workload.codec());
+            let client = workload.keepwire(builder).build()?;
             let node = client.initial_nodes()[0];
             AnyClient::Keepwire(client, node)
         }
         Kind::Handwritten => AnyClient::Handwritten(Arc::new(
-            Handwritten::connect(addr, workload.codec()).await?,
+            Handwritten::connect(addr, Arc::clone(&workload)).await?,
         )),
     };
     client.send(workload.ping()).await?; // connected before the clock starts
@@ -219,9 +237,11 @@ struct Handwritten {
 type Waiting = (Option<u64>, oneshot::Sender<Bytes>);
 
 impl Handwritten {
-    async fn connect(addr: SocketAddr, codec: impl Codec) -> std::io::Result<Self> {
-        let stream = TcpStream::connect(addr).await?;
+    async fn connect<W: Workload>(addr: SocketAddr, workload: Arc<W>) -> std::io::Result<Self> {
+        let mut stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
+        workload.set_up(&mut stream).await?;
+        let codec = workload.codec();
         let (mut reader, mut writer) = stream.into_split();
         let (requests, mut queued) = mpsc::unbounded_channel::<(Bytes, oneshot::Sender<Bytes>)>();
         let (waiting, mut answered) = mpsc::unbounded_channel::<Waiting>();
@@ -241,7 +261,7 @@ impl Handwritten {
                 while let Some((request, reply)) = item.take().or_else(|| queued.try_recv().ok()) {
                     let id = match ids {
                         None => {
-                            out.extend_from_slice(&request);
+                            workload.write_in_order(&request, &mut out);
                             None
                         }
                         Some(max) => {
