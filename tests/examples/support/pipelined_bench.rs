@@ -1,7 +1,7 @@
 //! The side-by-side benchmark of a real server's protocol, shared by `memcached_bench`,
-//! `redis_bench`, `dns_bench` and `postgres_bench`: the keepwire client against a hand-written tokio client,
-//! both pipelining reads on one connection with the same number of requests in flight, against
-//! the same server, alternating in the same run.
+//! `redis_bench`, `dns_bench` and `postgres_bench`: the keepwire client against a
+//! hand-written tokio client, both pipelining reads on one connection with the same number of
+//! requests in flight, against the same server, alternating in the same run.
 //!
 //! Each round builds a fresh client of each kind (its connection opened by one request before
 //! the clock starts); `IN_FLIGHT` tasks then claim requests from a shared counter and send them
@@ -13,12 +13,11 @@
 //! slot) to a writer task that batches whatever is queued into one write and passes the reply
 //! slots to a reader task that cuts answers and fills the slots; each call is wrapped in
 //! `tokio::time::timeout`. For an in-order protocol the writer sends the requests' bytes as
-//! they are (framed as the protocol's requests are, for PostgreSQL) and passes the slots in
-//! order; for one with ids it frames each request with the
-//! codec and the next id of a wrapping counter, and passes (id, slot), which the reader keeps
-//! in a map until the answer with that id comes. Both clients frame and cut with the same codec, so what
-//! differs is keepwire: its deadlines, watermarks, write timeout, failure detection and the
-//! outcome of every request.
+//! they are (PostgreSQL's framed as Query messages) and passes the slots in order; for one
+//! with ids it frames each request with the codec and the next id of a wrapping counter, and
+//! passes (id, slot), which the reader keeps in a map until the answer with that id comes.
+//! Both clients frame and cut with the same codec, so what differs is keepwire: its deadlines,
+//! watermarks, write timeout, failure detection and the outcome of every request.
 
 use std::collections::HashMap;
 use std::error::Error;
