@@ -43,14 +43,6 @@ impl Workload for Queries {
         dns::query_in("id.server", TXT, CH).expect("a valid name")
     }
 
-    fn store(&self, _: usize) -> Option<Bytes> {
-        None // the local zone answers every name under it
-    }
-
-    fn is_stored(&self, _: &Bytes) -> bool {
-        true
-    }
-
     fn read(&self, i: usize) -> Bytes {
         dns::query(&Self::name(i), TXT).expect("a valid name")
     }

@@ -43,14 +43,6 @@ impl Workload for PointReads {
         Bytes::from_static(b"SELECT 1")
     }
 
-    fn store(&self, _: usize) -> Option<Bytes> {
-        None // the table is filled before the clients start (`main`)
-    }
-
-    fn is_stored(&self, _: &Bytes) -> bool {
-        true
-    }
-
     fn read(&self, i: usize) -> Bytes {
         format!("SELECT v FROM {TABLE} WHERE k = '{}'", key(i)).into()
     }
