@@ -16,8 +16,10 @@
 //! they are (PostgreSQL's framed as Query messages) and passes the slots in order; for one
 //! with ids it frames each request with the codec and the next id of a wrapping counter, and
 //! passes (id, slot), which the reader keeps in a map until the answer with that id comes.
-//! Both clients frame and cut with the same codec, so what differs is keepwire: its deadlines,
-//! watermarks, write timeout, failure detection and the outcome of every request.
+//! Both clients cut answers with the same codec and put the same bytes on the wire (keepwire's
+//! codec also checks each request, which the baseline's writer does only where it frames with
+//! it), so what differs is keepwire: its deadlines, watermarks, write timeout, failure
+//! detection and the outcome of every request.
 
 use std::collections::HashMap;
 use std::error::Error;
