@@ -42,7 +42,10 @@ fn main() -> std::io::Result<()> {
     }
     for (name, mut times) in [("send", send), ("writev", writev)] {
         times.sort_by(f64::total_cmp);
-        println!("{name}: {:.0} ns per call (median of {ROUNDS} rounds)", times[ROUNDS / 2]);
+        println!(
+            "{name}: {:.0} ns per call (median of {ROUNDS} rounds)",
+            times[ROUNDS / 2]
+        );
     }
     Ok(())
 }
