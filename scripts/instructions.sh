@@ -28,7 +28,9 @@ for spec in \
   "lifecycle::routed_once 1 routed/keepwire/1" \
   "lifecycle::routed_once 8 routed/keepwire/8" \
   "lifecycle::routed_once 16 routed/keepwire/16" \
-  "lifecycle::routed_once 64 routed/keepwire/64"; do
+  "lifecycle::routed_once 64 routed/keepwire/64" \
+  "lifecycle::round_once 8 round/keepwire/8" \
+  "lifecycle::round_once 64 round/keepwire/64"; do
   set -- $spec
   file="$out/callgrind.$2"
   LIFECYCLE_SIZE=$2 valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$file" \

@@ -9,7 +9,10 @@
 //! The third, `pipeline_in_order`, is the same for an in-order protocol (PostgreSQL, memcached,
 //! Redis): each response is reported with `handle_next_response`, which finds the oldest
 //! request itself. The fourth, `routed`, is the lifecycle with the pool choosing the node
-//! (`Target::Best`) among 1, 8, 16 or 64 ready nodes, every one of them busy.
+//! (`Target::Best`) among 1, 8, 16 or 64 ready nodes, every one of them busy. The fifth,
+//! `round`, is a driver's round over 8 or 64 connections: a request submitted to each, then
+//! every hand-out and write report, then every response, so each connection's write timer is
+//! armed before any is stopped (its figure is per round).
 //!
 //! `cargo bench -p keepwire-proto --bench lifecycle -- --warm-up-time 1 --measurement-time 3`
 #![allow(missing_docs)]
@@ -468,5 +471,68 @@ fn routed(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, lifecycle, pipeline, routed);
+/// One request to each of `nodes`, all submitted before any is handed out, then every
+/// hand-out and write report, then every response and the events: a driver's round over
+/// several busy connections. Never inlined: callgrind counts it by this function.
+#[inline(never)]
+fn round_once(
+    pool: &mut Pool,
+    nodes: &[NodeId],
+    now: Instant,
+    bufs: &mut Vec<Bytes>,
+    sent: &mut Vec<(RequestId, ConnId)>,
+) {
+    let deadline = now + Duration::from_secs(5);
+    sent.clear();
+    for &node in nodes {
+        let id = pool
+            .submit(now, Target::Node(node), deadline, Bytes::from_static(FRAME))
+            .unwrap();
+        // The connections come out in the order their first frames were queued: the nodes'.
+        let conn = pool.current_conn(node).unwrap();
+        sent.push((id, conn));
+    }
+    for &(_, conn) in sent.iter() {
+        assert_eq!(pool.poll_transmit(64 * 1024, bufs), Some(conn));
+    }
+    for &(_, conn) in sent.iter() {
+        pool.handle_written(now, conn, FRAME.len()).unwrap();
+    }
+    for &(id, conn) in sent.iter() {
+        pool.handle_response(now, conn, id, Bytes::from_static(b"ok"))
+            .unwrap();
+    }
+    while let Some(event) = pool.poll_event() {
+        black_box(matches!(event, Event::RequestDone { .. }));
+    }
+}
+
+fn round(c: &mut Criterion) {
+    let mut group = c.benchmark_group("round");
+    for connections in [8usize, 64] {
+        if !chosen(connections) {
+            continue;
+        }
+        let (mut pool, first, _, now) = busy_pool(0);
+        let nodes: Vec<NodeId> = core::iter::once(first)
+            .chain((1..connections).map(|k| ready_node(&mut pool, now, 9000 + k as u16)))
+            .collect();
+        while pool.poll_action().is_some() {}
+        while pool.poll_event().is_some() {}
+        let (mut bufs, mut sent) = (Vec::with_capacity(16), Vec::with_capacity(connections));
+        round_once(&mut pool, &nodes, now, &mut bufs, &mut sent); // warm the free lists
+        let before = counting::allocations();
+        for _ in 0..1_000 {
+            round_once(&mut pool, &nodes, now, &mut bufs, &mut sent);
+        }
+        let per_request = (counting::allocations() - before) as f64 / (1_000 * connections) as f64;
+        println!("round, {connections} connections: {per_request:.2} allocations per request");
+        group.bench_function(BenchmarkId::new("keepwire", connections), |b| {
+            b.iter(|| round_once(&mut pool, &nodes, now, &mut bufs, &mut sent));
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, lifecycle, pipeline, routed, round);
 criterion_main!(benches);

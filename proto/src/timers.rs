@@ -3,7 +3,8 @@
 //! earliest deadline stay O(log n) however many nodes and requests there are, beside a FIFO
 //! lane that takes request deadlines arriving in order (one timeout for every request) in O(1)
 //! and a stack that takes, in O(1), one earlier than all others (a short timeout among long
-//! ones).
+//! ones), and beside the nodes' heap one timer armed from stopped (a request's write timer,
+//! usually), which its write report stops again with no heap operation.
 //! Due entries come out by instant; at one instant node timers first (see [`TimerHeap`] for the
 //! whole order).
 //!
@@ -132,6 +133,13 @@ pub(crate) enum TimerKey {
 /// strictly from the bottom to the top, its top is always live, and one ended below the top
 /// waits, dead, as in the lane.
 ///
+/// **The fresh entry.** A node timer armed from stopped while no other is held this way is
+/// held beside the node heap, not pushed into it: the write timer, armed by a request on an
+/// idle connection and stopped again by its write report, most of the time. Stopping it
+/// again takes no heap operation. With it taken, the next ones go into the heap, so a round
+/// that arms the write timers of many connections before their reports pays what it did
+/// before. It and the heap's top are compared in key order, as one heap's entries are.
+///
 /// **Order.** Entries come out by instant. At one instant the node timers come first, in key
 /// order; then the request heap's and the early stack's deadlines, in key order; then the
 /// lane's, in the order they were scheduled. (Node timers sort before request deadlines in
@@ -139,7 +147,10 @@ pub(crate) enum TimerKey {
 /// only on the calls made, so a replay gives the same order.
 #[derive(Debug, Default)]
 pub(crate) struct TimerHeap {
-    /// The nodes' armed timers; positions at `node slot × timers + timer`.
+    /// A node timer armed from stopped while this was empty, held beside the node heap rather
+    /// than in it (its slot's cell stays [`ABSENT`]): see **The fresh entry** above.
+    fresh: Option<(Instant, (NodeId, NodeTimer))>,
+    /// The nodes' other armed timers; positions at `node slot × timers + timer`.
     nodes: KeyedHeap<(NodeId, NodeTimer)>,
     /// Request deadlines that fit neither the lane nor the early stack. Its position table is
     /// per request slot and also records the lane's and the stack's entries: a heap position,
@@ -177,6 +188,7 @@ const LANE_SLACK: usize = 64;
 /// Which part of the index holds its earliest entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Source {
+    Fresh,
     Nodes,
     Requests,
     Early,
@@ -198,6 +210,10 @@ impl TimerHeap {
     /// Schedules `node`'s `timer` at `at`, moving the entry its slot holds.
     pub(crate) fn schedule_node(&mut self, at: Instant, node: NodeId, timer: NodeTimer) {
         let key = (node, timer);
+        if let Some(fresh) = self.fresh.as_mut().filter(|f| f.1.cell() == key.cell()) {
+            *fresh = (at, key);
+            return;
+        }
         match self.nodes.cell_of(key) {
             Some(cell) if cell != ABSENT => self.nodes.replace(cell as usize, (at, key)),
             _ => {
@@ -209,19 +225,19 @@ impl TimerHeap {
 
     /// Schedules `node`'s `timer`, which the node's own table says is stopped, at `at`: the
     /// index holds no entry for it then (as [`Self::cancel_armed_node`] relies on the other
-    /// way round), so its slot's cell is not read to find one to move, only checked by a
-    /// debug assertion ([`Self::schedule_node`] reads it). The usual case (the write timer
-    /// armed by a request on an idle connection, no table to grow, no entry to move) saves no
-    /// register; the rest is out of line. A submit's write timer takes it inlined
+    /// way round), so none is looked for, only checked by a debug assertion
+    /// ([`Self::schedule_node`] looks). It becomes the fresh entry if there is none, else goes
+    /// into the node heap. A submit's write timer takes it inlined
     /// ([`Self::schedule_stopped_node_inline`]).
     pub(crate) fn schedule_stopped_node(&mut self, at: Instant, node: NodeId, timer: NodeTimer) {
         self.schedule_stopped_node_inline(at, node, timer);
     }
 
     /// [`Self::schedule_stopped_node`], inlined: for a submit's write timer, in a caller that
-    /// has saved its registers already. The slot's cell is looked up once (not checked for
+    /// has saved its registers already. The usual push into the node heap (no table to grow,
+    /// no entry to move) is inlined too: the slot's cell is looked up once (not checked for
     /// room, then indexed again after the push), and the rest out of line takes the entry's
-    /// parts in registers: an entry (24 bytes) passed to it was built on the stack first.
+    /// parts in registers (an entry passed to it was built on the stack first).
     #[inline(always)]
     pub(crate) fn schedule_stopped_node_inline(
         &mut self,
@@ -231,10 +247,13 @@ impl TimerHeap {
     ) {
         let key = (node, timer);
         debug_assert!(
-            self.nodes.cell_of(key).is_none_or(|cell| cell == ABSENT),
+            self.nodes.cell_of(key).is_none_or(|cell| cell == ABSENT)
+                && self.fresh.is_none_or(|f| f.1.cell() != key.cell()),
             "{key:?} is stopped but in the index"
         );
-        if !self.nodes.push_in_place((at, key)) {
+        if self.fresh.is_none() {
+            self.fresh = Some((at, key));
+        } else if !self.nodes.push_in_place((at, key)) {
             self.push_stopped_node(at, node, timer);
         }
     }
@@ -305,6 +324,10 @@ impl TimerHeap {
     /// Takes the entry of `node`'s `timer` out, if the index holds one for exactly this node.
     pub(crate) fn cancel_node(&mut self, node: NodeId, timer: NodeTimer) {
         let key = (node, timer);
+        if self.fresh.is_some_and(|f| f.1 == key) {
+            self.fresh = None;
+            return;
+        }
         if let Some(cell) = self.nodes.cell_of(key).filter(|&c| c != ABSENT) {
             if self.nodes.entries[cell as usize].1 == key {
                 self.nodes.take_out(cell as usize, key.cell());
@@ -328,6 +351,10 @@ impl TimerHeap {
     #[inline(always)]
     pub(crate) fn cancel_armed_node_inline(&mut self, node: NodeId, timer: NodeTimer) {
         let key = (node, timer);
+        if self.fresh.is_some_and(|f| f.1 == key) {
+            self.fresh = None;
+            return;
+        }
         let cell = self.nodes.at[key.cell()];
         debug_assert!(
             cell != ABSENT && self.nodes.entries[cell as usize].1 == key,
@@ -413,11 +440,15 @@ impl TimerHeap {
 
     /// The earliest entry and where it is.
     fn earliest(&self) -> Option<(Source, (Instant, TimerKey))> {
-        let mut best = self
-            .nodes
-            .entries
-            .first()
-            .map(|&(at, (node, timer))| (Source::Nodes, (at, TimerKey::Node(node, timer))));
+        // The node heap and the fresh entry hold what one node heap would: the earlier of
+        // them in key order (instant, then key), as that heap's top.
+        let heap = self.nodes.entries.first().map(|&e| (Source::Nodes, e));
+        let fresh = self.fresh.map(|e| (Source::Fresh, e));
+        let mut best = match (heap, fresh) {
+            (Some(h), Some(f)) => Some(if f.1 < h.1 { f } else { h }),
+            (h, f) => h.or(f),
+        }
+        .map(|(source, (at, (node, timer)))| (source, (at, TimerKey::Node(node, timer))));
         // The request heap and the early stack hold what one heap would: the earlier of their
         // tops in key order (instant, then id), as that heap's top.
         let heap = self
@@ -454,15 +485,23 @@ impl TimerHeap {
     #[inline]
     pub(crate) fn next_instant(&self) -> Option<Instant> {
         // An empty part counts as the latest instant, and `any` says whether a part holds an
-        // entry at all: four loads and three `min`s, where an iterator over four options
-        // copied them through the stack (an adapter asks this after every round).
+        // entry at all: five loads and four `min`s, where an iterator over the options copied
+        // them through the stack (an adapter asks this after every round).
         let at = |first: Option<Instant>| first.map_or(u64::MAX, Instant::as_nanos);
+        let fresh = self.fresh.map(|e| e.0);
         let nodes = self.nodes.entries.first().map(|e| e.0);
         let requests = self.requests.entries.first().map(|e| e.0);
         let early = self.early.last().map(|e| e.0);
         let lane = self.lane.front().map(|e| e.0);
-        let any = nodes.is_some() | requests.is_some() | early.is_some() | lane.is_some();
-        let least = at(nodes).min(at(requests)).min(at(early).min(at(lane)));
+        let any = fresh.is_some()
+            | nodes.is_some()
+            | requests.is_some()
+            | early.is_some()
+            | lane.is_some();
+        let least = at(fresh)
+            .min(at(nodes))
+            .min(at(requests))
+            .min(at(early).min(at(lane)));
         let next = any.then_some(Instant::from_nanos(least));
         debug_assert_eq!(next, self.peek().map(|(at, _)| at));
         next
@@ -471,6 +510,7 @@ impl TimerHeap {
     pub(crate) fn pop(&mut self) -> Option<(Instant, TimerKey)> {
         let (source, entry) = self.earliest()?;
         match source {
+            Source::Fresh => self.fresh = None,
             Source::Nodes => self.nodes.remove_at(0),
             Source::Requests => self.requests.remove_at(0),
             Source::Early => self.early_remove(self.early.len() - 1),
@@ -482,17 +522,22 @@ impl TimerHeap {
     /// Entries in the index (for the pool's consistency checks).
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn len(&self) -> usize {
-        self.nodes.entries.len() + self.requests.entries.len() + self.early_live + self.lane_live
+        usize::from(self.fresh.is_some())
+            + self.nodes.entries.len()
+            + self.requests.entries.len()
+            + self.early_live
+            + self.lane_live
     }
 
-    /// Every entry: the node heap's and the request heap's in heap order, then the early
-    /// stack's and the lane's live ones in order (for the pool's consistency checks).
+    /// Every entry: the fresh one, the node heap's and the request heap's in heap order, then
+    /// the early stack's and the lane's live ones in order (for the pool's consistency
+    /// checks).
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn iter(&self) -> impl Iterator<Item = (Instant, TimerKey)> + '_ {
         let nodes = self
-            .nodes
-            .entries
+            .fresh
             .iter()
+            .chain(&self.nodes.entries)
             .map(|&(at, (node, timer))| (at, TimerKey::Node(node, timer)));
         let requests = self
             .requests
@@ -579,8 +624,8 @@ impl TimerHeap {
 
     /// Whether both heaps are in heap order, every recorded position points at its entry and
     /// every entry's is recorded, the lane is sorted with a live front and back and its live
-    /// count right, and the early stack falls strictly to a live top with its live count
-    /// right.
+    /// count right, the early stack falls strictly to a live top with its live count right,
+    /// and the fresh entry's slot has no entry in the node heap.
     #[cfg(test)]
     fn positions_agree(&self) -> bool {
         let live = (0..self.lane.len()).filter(|&k| self.lane_live_at(k));
@@ -604,6 +649,9 @@ impl TimerHeap {
             && early_live.count() == self.early_live
             && early_falls
             && top_live
+            && self
+                .fresh
+                .is_none_or(|f| self.nodes.cell_of(f.1).is_none_or(|cell| cell == ABSENT))
     }
 }
 

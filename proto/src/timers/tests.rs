@@ -475,6 +475,48 @@ fn a_deadline_earlier_than_all_others_takes_its_place_among_the_heaps_in_key_ord
 }
 
 #[test]
+fn a_timer_armed_from_stopped_waits_beside_the_node_heap_and_comes_out_in_key_order() {
+    let (a, b, c) = (NodeId::new(0, 0), NodeId::new(1, 0), NodeId::new(2, 0));
+    let at = Instant::from_secs(5);
+    let mut heap = TimerHeap::default();
+    heap.schedule_stopped_node(at, b, NodeTimer::Setup);
+    assert_eq!(heap.fresh, Some((at, (b, NodeTimer::Setup))));
+    assert!(heap.nodes.entries.is_empty());
+    // With the fresh entry taken, the next one goes into the heap.
+    heap.schedule_stopped_node(at, a, NodeTimer::WriteTimeout);
+    assert_eq!(heap.nodes.entries, [(at, (a, NodeTimer::WriteTimeout))]);
+    assert!(heap.positions_agree());
+    // Stopped again, the fresh one leaves the index with no heap operation.
+    heap.cancel_armed_node(b, NodeTimer::Setup);
+    assert_eq!((heap.fresh, heap.nodes.entries.len()), (None, 1));
+    // Of two node timers due at one instant the one with the lesser key comes first, held
+    // fresh or in the heap.
+    heap.schedule_stopped_node(at, a, NodeTimer::Setup);
+    assert_eq!(heap.peek(), Some((at, TimerKey::Node(a, NodeTimer::Setup))));
+    heap.cancel_node(a, NodeTimer::Setup);
+    heap.schedule_stopped_node(at, c, NodeTimer::Idle);
+    assert_eq!(
+        heap.peek(),
+        Some((at, TimerKey::Node(a, NodeTimer::WriteTimeout)))
+    );
+    // Re-armed, it moves where it is; a cancel of another generation leaves it.
+    heap.schedule_node(Instant::from_secs(2), c, NodeTimer::Idle);
+    heap.cancel_node(NodeId::new(2, 1), NodeTimer::Idle);
+    assert_eq!(heap.next_instant(), Some(Instant::from_secs(2)));
+    assert!(heap.positions_agree());
+    let order: Vec<_> = core::iter::from_fn(|| heap.pop()).collect();
+    let expected = [
+        (Instant::from_secs(2), (c, NodeTimer::Idle)),
+        (at, (a, NodeTimer::WriteTimeout)),
+    ];
+    assert_eq!(
+        order,
+        expected.map(|(at, (n, t))| (at, TimerKey::Node(n, t)))
+    );
+    assert_eq!((heap.fresh, heap.len()), (None, 0));
+}
+
+#[test]
 fn the_table_has_a_slot_for_every_timer() {
     let mut t = TimerTable::default();
     for (i, &timer) in NodeTimer::ALL.iter().enumerate() {
