@@ -514,13 +514,22 @@ fn a_timer_armed_from_stopped_waits_beside_the_node_heap_and_comes_out_in_key_or
         expected.map(|(at, (n, t))| (at, TimerKey::Node(n, t)))
     );
     assert_eq!((heap.fresh, heap.len()), (None, 0));
-    // An entry at the latest instant, in any part, still counts.
+    // An entry at the latest instant still counts, wherever it is held: fresh, in the node
+    // heap, in the lane (no other part takes one).
     let latest = Instant::from_nanos(u64::MAX);
     heap.schedule_stopped_node(latest, a, NodeTimer::Idle);
     assert_eq!(heap.next_instant(), Some(latest));
-    heap.schedule(latest, TimerKey::Request(RequestId::new(0, 0)));
+    heap.schedule_stopped_node(latest, b, NodeTimer::Idle);
     heap.cancel_node(a, NodeTimer::Idle);
-    assert_eq!(heap.next_instant(), Some(latest));
+    assert_eq!(
+        (heap.nodes.entries.len(), heap.next_instant()),
+        (1, Some(latest))
+    );
+    heap.schedule(latest, TimerKey::Request(RequestId::new(0, 0)));
+    heap.cancel_node(b, NodeTimer::Idle);
+    assert_eq!((heap.lane.len(), heap.next_instant()), (1, Some(latest)));
+    heap.pop();
+    assert_eq!(heap.next_instant(), None);
 }
 
 #[test]
