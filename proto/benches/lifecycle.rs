@@ -471,34 +471,34 @@ fn routed(c: &mut Criterion) {
     group.finish();
 }
 
-/// One request to each of `nodes`, all submitted before any is handed out, then every
-/// hand-out and write report, then every response and the events: a driver's round over
-/// several busy connections. Never inlined: callgrind counts it by this function.
+/// One request to each of `conns` (each node's ready connection), all submitted before any
+/// is handed out, then every hand-out and write report, then every response and the events: a
+/// driver's round over several busy connections. Never inlined: callgrind counts it by this
+/// function.
 #[inline(never)]
 fn round_once(
     pool: &mut Pool,
-    nodes: &[NodeId],
+    conns: &[(NodeId, ConnId)],
     now: Instant,
     bufs: &mut Vec<Bytes>,
-    sent: &mut Vec<(RequestId, ConnId)>,
+    ids: &mut Vec<RequestId>,
 ) {
     let deadline = now + Duration::from_secs(5);
-    sent.clear();
-    for &node in nodes {
+    ids.clear();
+    for &(node, _) in conns {
         let id = pool
             .submit(now, Target::Node(node), deadline, Bytes::from_static(FRAME))
             .unwrap();
-        // The connections come out in the order their first frames were queued: the nodes'.
-        let conn = pool.current_conn(node).unwrap();
-        sent.push((id, conn));
+        ids.push(id);
     }
-    for &(_, conn) in sent.iter() {
+    // The connections come out in the order their first frames were queued: the nodes'.
+    for &(_, conn) in conns {
         assert_eq!(pool.poll_transmit(64 * 1024, bufs), Some(conn));
     }
-    for &(_, conn) in sent.iter() {
+    for &(_, conn) in conns {
         pool.handle_written(now, conn, FRAME.len()).unwrap();
     }
-    for &(id, conn) in sent.iter() {
+    for (&(_, conn), &id) in conns.iter().zip(ids.iter()) {
         pool.handle_response(now, conn, id, Bytes::from_static(b"ok"))
             .unwrap();
     }
@@ -519,16 +519,20 @@ fn round(c: &mut Criterion) {
             .collect();
         while pool.poll_action().is_some() {}
         while pool.poll_event().is_some() {}
-        let (mut bufs, mut sent) = (Vec::with_capacity(16), Vec::with_capacity(connections));
-        round_once(&mut pool, &nodes, now, &mut bufs, &mut sent); // warm the free lists
+        let conns: Vec<(NodeId, ConnId)> = nodes
+            .iter()
+            .map(|&node| (node, pool.current_conn(node).unwrap()))
+            .collect();
+        let (mut bufs, mut ids) = (Vec::with_capacity(16), Vec::with_capacity(connections));
+        round_once(&mut pool, &conns, now, &mut bufs, &mut ids); // warm the free lists
         let before = counting::allocations();
         for _ in 0..1_000 {
-            round_once(&mut pool, &nodes, now, &mut bufs, &mut sent);
+            round_once(&mut pool, &conns, now, &mut bufs, &mut ids);
         }
         let per_request = (counting::allocations() - before) as f64 / (1_000 * connections) as f64;
         println!("round, {connections} connections: {per_request:.2} allocations per request");
         group.bench_function(BenchmarkId::new("keepwire", connections), |b| {
-            b.iter(|| round_once(&mut pool, &nodes, now, &mut bufs, &mut sent));
+            b.iter(|| round_once(&mut pool, &conns, now, &mut bufs, &mut ids));
         });
     }
     group.finish();
