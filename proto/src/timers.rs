@@ -324,8 +324,7 @@ impl TimerHeap {
     /// Takes the entry of `node`'s `timer` out, if the index holds one for exactly this node.
     pub(crate) fn cancel_node(&mut self, node: NodeId, timer: NodeTimer) {
         let key = (node, timer);
-        if self.fresh.is_some_and(|f| f.1 == key) {
-            self.fresh = None;
+        if self.take_fresh(key) {
             return;
         }
         if let Some(cell) = self.nodes.cell_of(key).filter(|&c| c != ABSENT) {
@@ -351,8 +350,7 @@ impl TimerHeap {
     #[inline(always)]
     pub(crate) fn cancel_armed_node_inline(&mut self, node: NodeId, timer: NodeTimer) {
         let key = (node, timer);
-        if self.fresh.is_some_and(|f| f.1 == key) {
-            self.fresh = None;
+        if self.take_fresh(key) {
             return;
         }
         let cell = self.nodes.at[key.cell()];
@@ -361,6 +359,16 @@ impl TimerHeap {
             "{key:?} is armed but not in the index"
         );
         self.nodes.take_out(cell as usize, key.cell());
+    }
+
+    /// Empties the fresh entry if it is exactly `key`'s: whether it was.
+    #[inline(always)]
+    fn take_fresh(&mut self, key: (NodeId, NodeTimer)) -> bool {
+        let taken = self.fresh.is_some_and(|f| f.1 == key);
+        if taken {
+            self.fresh = None;
+        }
+        taken
     }
 
     /// Takes request `id`'s deadline out, if the index holds one for exactly this id: the
@@ -440,27 +448,22 @@ impl TimerHeap {
 
     /// The earliest entry and where it is.
     fn earliest(&self) -> Option<(Source, (Instant, TimerKey))> {
-        // The node heap and the fresh entry hold what one node heap would: the earlier of
-        // them in key order (instant, then key), as that heap's top.
-        let heap = self.nodes.entries.first().map(|&e| (Source::Nodes, e));
-        let fresh = self.fresh.map(|e| (Source::Fresh, e));
-        let mut best = match (heap, fresh) {
-            (Some(h), Some(f)) => Some(if f.1 < h.1 { f } else { h }),
-            (h, f) => h.or(f),
-        }
-        .map(|(source, (at, (node, timer)))| (source, (at, TimerKey::Node(node, timer))));
-        // The request heap and the early stack hold what one heap would: the earlier of their
-        // tops in key order (instant, then id), as that heap's top.
-        let heap = self
-            .requests
-            .entries
-            .first()
-            .map(|&e| (Source::Requests, e));
-        let early = self.early.last().map(|&e| (Source::Early, e));
-        let request = match (heap, early) {
-            (Some(h), Some(e)) => Some(if e.1 < h.1 { e } else { h }),
-            (h, e) => h.or(e),
-        };
+        // The node heap and the fresh entry hold what one node heap would, and the request
+        // heap and the early stack what one request heap would: each pair's top is the
+        // earlier of its two in key order.
+        let nodes = top_of_both(
+            self.nodes.entries.first().map(|&e| (Source::Nodes, e)),
+            self.fresh.map(|e| (Source::Fresh, e)),
+        );
+        let mut best =
+            nodes.map(|(source, (at, (node, timer)))| (source, (at, TimerKey::Node(node, timer))));
+        let request = top_of_both(
+            self.requests
+                .entries
+                .first()
+                .map(|&e| (Source::Requests, e)),
+            self.early.last().map(|&e| (Source::Early, e)),
+        );
         let others = [
             request.map(|(source, (at, id))| (source, (at, TimerKey::Request(id)))),
             self.lane
@@ -652,6 +655,18 @@ impl TimerHeap {
             && self
                 .fresh
                 .is_none_or(|f| self.nodes.cell_of(f.1).is_none_or(|cell| cell == ABSENT))
+    }
+}
+
+/// The earlier in key order (instant, then key) of the tops of two parts that together hold
+/// what one heap would: that heap's top. Two entries of the index are never equal.
+fn top_of_both<E: Ord>(
+    heap: Option<(Source, E)>,
+    beside: Option<(Source, E)>,
+) -> Option<(Source, E)> {
+    match (heap, beside) {
+        (Some(h), Some(b)) => Some(if b.1 < h.1 { b } else { h }),
+        (h, b) => h.or(b),
     }
 }
 
