@@ -108,16 +108,23 @@ fn once(pool: &mut Pool, target: Target, now: Instant, bufs: &mut Vec<Bytes>) {
     }
 }
 
+/// A pool of `nodes` ready nodes with nothing pending, and the nodes.
+fn ready_pool(nodes: usize) -> (Pool, Vec<NodeId>, Instant) {
+    let (mut pool, first, _, now) = busy_pool(0);
+    let nodes: Vec<NodeId> = core::iter::once(first)
+        .chain((1..nodes).map(|k| ready_node(&mut pool, now, 9000 + k as u16)))
+        .collect();
+    while pool.poll_action().is_some() {}
+    while pool.poll_event().is_some() {}
+    (pool, nodes, now)
+}
+
 /// A pool of `nodes` ready nodes, node `k` holding `1 + k % 4` requests written and awaiting
 /// responses: no node is idle, so a routed request's node is chosen by comparing loads.
 fn routed_pool(nodes: usize) -> (Pool, Instant) {
-    let (mut pool, first, _, now) = busy_pool(0);
+    let (mut pool, nodes, now) = ready_pool(nodes);
     let mut bufs = Vec::new();
-    for k in 0..nodes {
-        let node = match k {
-            0 => first,
-            _ => ready_node(&mut pool, now, 9000 + k as u16),
-        };
+    for (k, &node) in nodes.iter().enumerate() {
         for _ in 0..1 + k % 4 {
             written(
                 &mut pool,
@@ -513,12 +520,7 @@ fn round(c: &mut Criterion) {
         if !chosen(connections) {
             continue;
         }
-        let (mut pool, first, _, now) = busy_pool(0);
-        let nodes: Vec<NodeId> = core::iter::once(first)
-            .chain((1..connections).map(|k| ready_node(&mut pool, now, 9000 + k as u16)))
-            .collect();
-        while pool.poll_action().is_some() {}
-        while pool.poll_event().is_some() {}
+        let (mut pool, nodes, now) = ready_pool(connections);
         let conns: Vec<(NodeId, ConnId)> = nodes
             .iter()
             .map(|&node| (node, pool.current_conn(node).unwrap()))
