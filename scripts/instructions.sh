@@ -2,7 +2,8 @@
 # Instructions per request through proto, counted by callgrind: exact and independent of the
 # machine's load, unlike wall-clock time on a shared 2-core VM (BENCHMARKS.md, the lifecycle
 # section). Runs the lifecycle benchmark's keepwire cases under valgrind and divides the
-# instructions spent in one step's function by the calls of `Pool::submit` (one per step).
+# instructions spent in one step's function by the calls of `Pool::submit` (one per request:
+# one per step, 8 or 64 per round).
 #
 # Usage: scripts/instructions.sh [BENCH_BINARY]
 #   BENCH_BINARY  a built lifecycle benchmark (default: $LIFECYCLE_BENCH, else build it and
