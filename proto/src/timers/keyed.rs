@@ -16,7 +16,7 @@ use crate::time::Instant;
 const ARITY: usize = 4;
 
 /// A key of a [`KeyedHeap`]: it names the slot whose one entry it is.
-pub(super) trait HeapKey: Copy + Ord {
+pub(super) trait HeapKey: Copy + Ord + core::fmt::Debug {
     /// The slot's cell in the heap's position table.
     fn cell(self) -> usize;
 }

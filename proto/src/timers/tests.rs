@@ -274,9 +274,9 @@ fn rising_deadlines_ended_in_any_order_come_out_by_instant() {
                         (x >> 40) % 1_000
                     };
                     let at = Instant::from_nanos(now + timeout);
-                    let live_before = heap.lane_live;
+                    let live_before = heap.lane.live();
                     heap.schedule(at, key);
-                    laned += usize::from(heap.lane_live > live_before);
+                    laned += usize::from(heap.lane.live() > live_before);
                     model.retain(|e| slot_of(e.1) != slot);
                     model.push((at, key));
                 }
@@ -311,7 +311,7 @@ fn rising_deadlines_ended_in_any_order_come_out_by_instant() {
             assert_eq!(heap.len(), model.len(), "round {round} step {step}");
             assert!(heap.positions_agree(), "round {round} step {step}");
             assert!(
-                heap.lane.len() <= 2 * heap.lane_live + LANE_SLACK,
+                heap.lane.len() <= 2 * heap.lane.live() + LANE_SLACK,
                 "round {round} step {step}: the lane outgrew its live entries"
             );
         }
@@ -337,7 +337,7 @@ fn a_lane_ended_from_the_middle_is_compacted_and_keeps_its_order() {
         heap.schedule(Instant::from_secs(u64::from(i)), key(i));
     }
     assert_eq!(
-        (heap.lane_live, heap.requests.entries.len()),
+        (heap.lane.live(), heap.requests.entries.len()),
         (500, 0),
         "all in the lane"
     );
@@ -348,7 +348,10 @@ fn a_lane_ended_from_the_middle_is_compacted_and_keeps_its_order() {
     for i in 1..499 {
         let before = heap.lane.len();
         heap.cancel(key(i));
-        assert!(heap.lane.len() <= 2 * heap.lane_live + LANE_SLACK, "at {i}");
+        assert!(
+            heap.lane.len() <= 2 * heap.lane.live() + LANE_SLACK,
+            "at {i}"
+        );
         compactions += usize::from(heap.lane.len() < before);
     }
     assert!(heap.positions_agree());
@@ -376,7 +379,11 @@ fn an_early_stack_ended_from_below_its_top_is_compacted_and_keeps_its_order() {
         heap.schedule(Instant::from_secs(u64::from(1_000 - i)), key(i));
     }
     assert_eq!(
-        (heap.lane_live, heap.early_live, heap.requests.entries.len()),
+        (
+            heap.lane.live(),
+            heap.early_live,
+            heap.requests.entries.len()
+        ),
         (1, 500, 0),
         "all but the first on the early stack"
     );
@@ -482,9 +489,10 @@ fn a_timer_armed_from_stopped_waits_beside_the_node_heap_and_comes_out_in_key_or
     heap.schedule_stopped_node(at, b, NodeTimer::Setup);
     assert_eq!(heap.fresh, Some((at, (b, NodeTimer::Setup))));
     assert!(heap.nodes.entries.is_empty());
-    // With the fresh entry taken, the next one goes into the heap.
-    heap.schedule_stopped_node(at, a, NodeTimer::WriteTimeout);
-    assert_eq!(heap.nodes.entries, [(at, (a, NodeTimer::WriteTimeout))]);
+    // With the fresh entry taken, the next one goes into the heap (a write timer would go
+    // to the write lane: see the next test).
+    heap.schedule_stopped_node(at, a, NodeTimer::Probe);
+    assert_eq!(heap.nodes.entries, [(at, (a, NodeTimer::Probe))]);
     assert!(heap.positions_agree());
     // Stopped again, the fresh one leaves the index with no heap operation.
     heap.cancel_armed_node(b, NodeTimer::Setup);
@@ -495,10 +503,7 @@ fn a_timer_armed_from_stopped_waits_beside_the_node_heap_and_comes_out_in_key_or
     assert_eq!(heap.peek(), Some((at, TimerKey::Node(a, NodeTimer::Setup))));
     heap.cancel_node(a, NodeTimer::Setup);
     heap.schedule_stopped_node(at, c, NodeTimer::Idle);
-    assert_eq!(
-        heap.peek(),
-        Some((at, TimerKey::Node(a, NodeTimer::WriteTimeout)))
-    );
+    assert_eq!(heap.peek(), Some((at, TimerKey::Node(a, NodeTimer::Probe))));
     // Re-armed, it moves where it is; a cancel of another generation leaves it.
     heap.schedule_node(Instant::from_secs(2), c, NodeTimer::Idle);
     heap.cancel_node(NodeId::new(2, 1), NodeTimer::Idle);
@@ -507,7 +512,7 @@ fn a_timer_armed_from_stopped_waits_beside_the_node_heap_and_comes_out_in_key_or
     let order: Vec<_> = core::iter::from_fn(|| heap.pop()).collect();
     let expected = [
         (Instant::from_secs(2), (c, NodeTimer::Idle)),
-        (at, (a, NodeTimer::WriteTimeout)),
+        (at, (a, NodeTimer::Probe)),
     ];
     assert_eq!(
         order,
@@ -515,18 +520,28 @@ fn a_timer_armed_from_stopped_waits_beside_the_node_heap_and_comes_out_in_key_or
     );
     assert_eq!((heap.fresh, heap.len()), (None, 0));
     // An entry at the latest instant still counts, wherever it is held: fresh, in the node
-    // heap, in the lane (no other part takes one).
+    // heap, in the write lane, in the lane (no other part takes one).
     let latest = Instant::from_nanos(u64::MAX);
     heap.schedule_stopped_node(latest, a, NodeTimer::Idle);
     assert_eq!(heap.next_instant(), Some(latest));
     heap.schedule_stopped_node(latest, b, NodeTimer::Idle);
+    heap.schedule_stopped_node(latest, c, NodeTimer::WriteTimeout);
     heap.cancel_node(a, NodeTimer::Idle);
     assert_eq!(
-        (heap.nodes.entries.len(), heap.next_instant()),
+        (
+            heap.nodes.entries.len(),
+            heap.write_lane.len(),
+            heap.next_instant()
+        ),
+        (1, 1, Some(latest))
+    );
+    heap.cancel_node(b, NodeTimer::Idle);
+    assert_eq!(
+        (heap.write_lane.len(), heap.next_instant()),
         (1, Some(latest))
     );
     heap.schedule(latest, TimerKey::Request(RequestId::new(0, 0)));
-    heap.cancel_node(b, NodeTimer::Idle);
+    heap.cancel_node(c, NodeTimer::WriteTimeout);
     assert_eq!((heap.lane.len(), heap.next_instant()), (1, Some(latest)));
     heap.pop();
     assert_eq!(heap.next_instant(), None);
@@ -551,4 +566,155 @@ fn table_arms_and_stops() {
     assert_eq!(t.get(NodeTimer::Probe), Some(Instant::from_secs(5)));
     t.stop(NodeTimer::Probe);
     assert_eq!(t.get(NodeTimer::Probe), None);
+}
+
+#[test]
+fn write_timers_armed_in_key_order_wait_in_the_write_lane_and_leave_its_front() {
+    let node = |slot: u32| NodeId::new(slot, 0);
+    let write = NodeTimer::WriteTimeout;
+    let at = Instant::from_secs(10);
+    let mut heap = TimerHeap::default();
+    // A round over ten connections at one instant: the first takes the fresh entry, the
+    // other nine, armed in key order, the write lane; none goes into the node heap.
+    for slot in 0..10 {
+        heap.schedule_stopped_node_inline(at, node(slot), write);
+    }
+    assert_eq!(
+        (
+            heap.fresh.is_some(),
+            heap.write_lane.len(),
+            heap.nodes.entries.len()
+        ),
+        (true, 9, 0)
+    );
+    // Other timers never go to the write lane; nor does a write timer that would come
+    // before its last entry (here, one of a lesser key at the same instant).
+    heap.cancel_armed_node(node(0), write);
+    heap.schedule_stopped_node_inline(at, node(20), NodeTimer::Idle);
+    heap.schedule_stopped_node_inline(at, node(0), write);
+    heap.schedule_stopped_node_inline(at, node(30), NodeTimer::Setup);
+    assert_eq!(
+        (heap.write_lane.len(), heap.nodes.entries.len()),
+        (9, 2),
+        "the idle timer and node 0's write timer are in the heap"
+    );
+    assert_eq!(heap.fresh, Some((at, (node(20), NodeTimer::Idle))));
+    assert!(heap.positions_agree());
+    // Reports in the order of the arms take the lane's front each time.
+    for slot in 1..4 {
+        heap.cancel_armed_node(node(slot), write);
+        assert_eq!(heap.write_lane.len(), 9 - slot as usize);
+        assert!(heap.positions_agree());
+    }
+    // One from the middle leaves a dead entry, which goes with the front before it.
+    heap.cancel_armed_node(node(6), write);
+    assert_eq!((heap.write_lane.len(), heap.write_lane.live()), (6, 5));
+    heap.cancel_node(NodeId::new(5, 1), write); // another generation: left alone
+    assert_eq!(heap.write_lane.live(), 5);
+    heap.cancel_armed_node(node(4), write);
+    heap.cancel_armed_node(node(5), write);
+    assert_eq!((heap.write_lane.len(), heap.write_lane.live()), (3, 3));
+    // Re-armed later, a laned timer moves to the lane's back; earlier, into the heap.
+    heap.schedule_node(Instant::from_secs(11), node(7), write);
+    heap.schedule_node(Instant::from_secs(1), node(8), write);
+    assert_eq!((heap.write_lane.len(), heap.write_lane.live()), (2, 2));
+    assert!(heap.positions_agree());
+    // All of them come out by instant, then in key order, wherever they wait.
+    let order: Vec<_> = core::iter::from_fn(|| heap.pop()).collect();
+    let expected = [
+        (Instant::from_secs(1), node(8), write),
+        (at, node(0), write),
+        (at, node(9), write),
+        (at, node(20), NodeTimer::Idle),
+        (at, node(30), NodeTimer::Setup),
+        (Instant::from_secs(11), node(7), write),
+    ];
+    assert_eq!(order, expected.map(|(at, n, t)| (at, TimerKey::Node(n, t))));
+    assert_eq!(heap.len(), 0);
+}
+
+#[test]
+fn write_timers_of_many_connections_come_out_in_key_order_through_the_lane() {
+    // A driver's rounds over 200 connections: write timers armed at a rising clock (a third
+    // of them at the instant of the arm before, in any node order), mostly stopped in the order they were armed (the
+    // write reports of a round), sometimes from the middle, re-armed on progress, or fired;
+    // other node timers now and then, and slots reused by a newer generation. The index
+    // must give the model's order, and the lane must take many write timers and stay small.
+    let mut x = 0x510e_527f_ade6_82d1u64;
+    let mut heap = TimerHeap::default();
+    let mut model: Vec<(Instant, TimerKey)> = Vec::new();
+    let mut armed_order: Vec<TimerKey> = Vec::new();
+    let mut generation = [0u32; 200];
+    let (mut now, mut laned, mut arms) = (0u64, 0, 0);
+    for step in 0..20_000u32 {
+        xorshift(&mut x);
+        now += (x >> 8) % 3;
+        let slot = (x >> 16) as usize % generation.len();
+        let node = NodeId::new(slot as u32, generation[slot]);
+        let timer = if x % 16 == 0 {
+            NodeTimer::ALL[(x >> 32) as usize % NodeTimer::ALL.len()]
+        } else {
+            NodeTimer::WriteTimeout
+        };
+        let key = TimerKey::Node(node, timer);
+        let armed = model.iter().position(|e| e.1 == key);
+        match (x >> 40) % 8 {
+            0..=2 if armed.is_none() => {
+                let at = Instant::from_nanos(now + 1_000);
+                let before = heap.write_lane.live();
+                heap.schedule_stopped_node(at, node, timer);
+                laned += usize::from(heap.write_lane.live() > before);
+                arms += usize::from(timer == NodeTimer::WriteTimeout);
+                model.push((at, key));
+                armed_order.push(key);
+            }
+            3 if armed.is_some() => {
+                // Progress re-arms it, later (or, rarely, earlier).
+                let at = Instant::from_nanos(now + 1_000 - (x >> 48) % 2 * 500);
+                heap.schedule_node(at, node, timer);
+                model[armed.unwrap()].0 = at;
+            }
+            4..=6 if !armed_order.is_empty() => {
+                // The oldest armed one's report, or one from the middle.
+                let i = if x % 8 == 0 {
+                    (x >> 20) as usize % armed_order.len()
+                } else {
+                    0
+                };
+                let key = armed_order.remove(i);
+                if let TimerKey::Node(node, timer) = key {
+                    heap.cancel_armed_node(node, timer);
+                }
+                model.retain(|e| e.1 != key);
+            }
+            7 if x % 64 == 7
+                && model
+                    .iter()
+                    .all(|e| !matches!(e.1, TimerKey::Node(n, _) if n.index() == slot)) =>
+            {
+                generation[slot] += 1; // the node left; its slot's next one is newer
+                heap.cancel_node(node, timer); // nothing armed: changes nothing
+            }
+            _ => {
+                let got = heap.peek();
+                pop_checked(&mut heap, &mut model, &format!("step {step}"));
+                armed_order.retain(|&k| got.is_none_or(|g| g.1 != k));
+            }
+        }
+        assert!(may_come_next(&model, heap.peek()), "step {step}");
+        assert_eq!(heap.len(), model.len(), "step {step}");
+        assert!(heap.positions_agree(), "step {step}");
+        assert!(
+            heap.write_lane.len() <= 2 * heap.write_lane.live() + LANE_SLACK,
+            "step {step}: the write lane outgrew its live entries"
+        );
+    }
+    // (The fresh entry takes many of the others: the oldest timer's report empties it.)
+    assert!(
+        laned * 3 > arms,
+        "only {laned} of {arms} write timers went to the write lane"
+    );
+    while !model.is_empty() {
+        pop_checked(&mut heap, &mut model, "draining");
+    }
 }
