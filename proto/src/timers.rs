@@ -156,10 +156,10 @@ pub(crate) enum TimerKey {
 /// order: the three give exactly what one node heap gave.
 ///
 /// **Order.** Entries come out by instant. At one instant the node timers come first, in key
-/// order, wherever they are held; then the request heap's and the early stack's deadlines, in key order; then the
-/// lane's, in the order they were scheduled. (Node timers sort before request deadlines in
-/// [`TimerKey`]'s order too, so this is the order one heap of both gave.) Every choice depends
-/// only on the calls made, so a replay gives the same order.
+/// order, wherever they are held; then the request heap's and the early stack's deadlines, in
+/// key order; then the lane's, in the order they were scheduled. (Node timers sort before
+/// request deadlines in [`TimerKey`]'s order too, so this is the order one heap of both
+/// gave.) Every choice depends only on the calls made, so a replay gives the same order.
 #[derive(Debug, Default)]
 pub(crate) struct TimerHeap {
     /// A node timer armed from stopped while this was empty, held beside the node heap rather

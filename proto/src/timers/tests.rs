@@ -636,10 +636,11 @@ fn write_timers_armed_in_key_order_wait_in_the_write_lane_and_leave_its_front() 
 #[test]
 fn write_timers_of_many_connections_come_out_in_key_order_through_the_lane() {
     // A driver's rounds over 200 connections: write timers armed at a rising clock (a third
-    // of them at the instant of the arm before, in any node order), mostly stopped in the order they were armed (the
-    // write reports of a round), sometimes from the middle, re-armed on progress, or fired;
-    // other node timers now and then, and slots reused by a newer generation. The index
-    // must give the model's order, and the lane must take many write timers and stay small.
+    // of them at the instant of the arm before, in any node order), mostly stopped in the
+    // order they were armed (the write reports of a round), sometimes from the middle,
+    // re-armed on progress, or fired; other node timers now and then, and slots reused by a
+    // newer generation. The index must give the model's order, and the lane must take many
+    // write timers and stay small.
     let mut x = 0x510e_527f_ade6_82d1u64;
     let mut heap = TimerHeap::default();
     let mut model: Vec<(Instant, TimerKey)> = Vec::new();
@@ -669,7 +670,7 @@ fn write_timers_of_many_connections_come_out_in_key_order_through_the_lane() {
                 armed_order.push(key);
             }
             3 if armed.is_some() => {
-                // Progress re-arms it, later (or, rarely, earlier).
+                // Progress re-arms it: later, or (half the time) 500 ns earlier than that.
                 let at = Instant::from_nanos(now + 1_000 - (x >> 48) % 2 * 500);
                 heap.schedule_node(at, node, timer);
                 model[armed.unwrap()].0 = at;
