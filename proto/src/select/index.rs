@@ -124,12 +124,13 @@ impl SelectIndex {
             self.touched.resize(i + 1, 0);
         }
         let old = self.placements[i];
-        if old == placement {
-            return;
-        }
-        // The common change, a ready node's load moving by one: one leaf update.
+        // The common change, a ready node's load moving by one: one leaf update. Looked at
+        // before the whole placements are compared, which takes a match on both classes.
         if let (
-            Class::In(Standing::Ready { writable: true, .. }),
+            Class::In(Standing::Ready {
+                load: was,
+                writable: true,
+            }),
             Class::In(Standing::Ready {
                 load,
                 writable: true,
@@ -137,10 +138,15 @@ impl SelectIndex {
         ) = (old.class, placement.class)
         {
             if old.quarantined == placement.quarantined {
-                self.placements[i] = placement;
-                self.ready[usize::from(placement.quarantined)].set(slot, Some(load));
+                if load != was {
+                    self.placements[i] = placement;
+                    self.ready[usize::from(placement.quarantined)].set(slot, Some(load));
+                }
                 return;
             }
+        }
+        if old == placement {
+            return;
         }
         self.remove(slot, old);
         self.placements[i] = placement;
