@@ -30,11 +30,13 @@ for spec in \
   "lifecycle::routed_once 8 routed/keepwire/8" \
   "lifecycle::routed_once 16 routed/keepwire/16" \
   "lifecycle::routed_once 64 routed/keepwire/64" \
-  "lifecycle::round_once 8 round/keepwire/8" \
-  "lifecycle::round_once 64 round/keepwire/64"; do
+  "lifecycle::round_once 8 round/keepwire/8 keepwire" \
+  "lifecycle::round_once 64 round/keepwire/64 keepwire" \
+  "lifecycle::round_once 8 round/scattered/8 scattered" \
+  "lifecycle::round_once 64 round/scattered/64 scattered"; do
   set -- $spec
   file="$out/callgrind.$2"
-  LIFECYCLE_SIZE=$2 valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$file" \
+  LIFECYCLE_SIZE=$2 LIFECYCLE_VARIANT=${4:-} valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$file" \
     --toggle-collect="$1" "$bin" --bench --warm-up-time 0.1 --measurement-time 0.3 \
     --sample-size 10 "$3" >/dev/null 2>&1
   total=$(total_instructions "$file")

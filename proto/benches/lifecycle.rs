@@ -12,7 +12,8 @@
 //! (`Target::Best`) among 1, 8, 16 or 64 ready nodes, every one of them busy. The fifth,
 //! `round`, is a driver's round over 8 or 64 connections: a request submitted to each, then
 //! every hand-out and write report, then every response, so each connection's write timer is
-//! armed before any is stopped (its figure is per round).
+//! armed before any is stopped (its figure is per round); `keepwire` submits in node order,
+//! `scattered` in a fixed shuffled one.
 //!
 //! `cargo bench -p keepwire-proto --bench lifecycle -- --warm-up-time 1 --measurement-time 3`
 #![allow(missing_docs)]
@@ -259,6 +260,14 @@ fn chosen(n: usize) -> bool {
         .is_none_or(|only| only == n)
 }
 
+/// Whether to run the variant `name` of a group that has several: `LIFECYCLE_VARIANT=scattered`
+/// (say) runs that one alone, for a profiler.
+fn chosen_variant(name: &str) -> bool {
+    let only = std::env::var("LIFECYCLE_VARIANT").ok();
+    only.filter(|v| !v.is_empty())
+        .is_none_or(|only| only == name)
+}
+
 fn lifecycle(c: &mut Criterion) {
     if let Some(requests) = std::env::var("LIFECYCLE_TRACE")
         .ok()
@@ -498,7 +507,7 @@ fn round_once(
             .unwrap();
         ids.push(id);
     }
-    // The connections come out in the order their first frames were queued: the nodes'.
+    // The connections come out in the order their first frames were queued.
     for &(_, conn) in conns {
         assert_eq!(pool.poll_transmit(64 * 1024, bufs), Some(conn));
     }
@@ -516,26 +525,44 @@ fn round_once(
 
 fn round(c: &mut Criterion) {
     let mut group = c.benchmark_group("round");
+    // `keepwire` submits in node order; `scattered` in a fixed shuffled one, as a router that
+    // picks connections by load does, so the write timers of one instant are armed out of
+    // node order.
     for connections in [8usize, 64] {
         if !chosen(connections) {
             continue;
         }
-        let (mut pool, nodes, now) = ready_pool(connections);
-        let conns: Vec<(NodeId, ConnId)> = nodes
-            .iter()
-            .map(|&node| (node, pool.current_conn(node).unwrap()))
-            .collect();
-        let (mut bufs, mut ids) = (Vec::with_capacity(16), Vec::with_capacity(connections));
-        round_once(&mut pool, &conns, now, &mut bufs, &mut ids); // warm the free lists
-        let before = counting::allocations();
-        for _ in 0..1_000 {
-            round_once(&mut pool, &conns, now, &mut bufs, &mut ids);
+        for (name, shuffled) in [("keepwire", false), ("scattered", true)] {
+            if !chosen_variant(name) {
+                continue;
+            }
+            let (mut pool, nodes, now) = ready_pool(connections);
+            let mut conns: Vec<(NodeId, ConnId)> = nodes
+                .iter()
+                .map(|&node| (node, pool.current_conn(node).unwrap()))
+                .collect();
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            for i in (1..conns.len()).rev().filter(|_| shuffled) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                conns.swap(i, (x % (i as u64 + 1)) as usize);
+            }
+            let (mut bufs, mut ids) = (Vec::with_capacity(16), Vec::with_capacity(connections));
+            round_once(&mut pool, &conns, now, &mut bufs, &mut ids); // warm the free lists
+            let before = counting::allocations();
+            for _ in 0..1_000 {
+                round_once(&mut pool, &conns, now, &mut bufs, &mut ids);
+            }
+            let per_request =
+                (counting::allocations() - before) as f64 / (1_000 * connections) as f64;
+            println!(
+                "round, {name}, {connections} connections: {per_request:.2} allocations per request"
+            );
+            group.bench_function(BenchmarkId::new(name, connections), |b| {
+                b.iter(|| round_once(&mut pool, &conns, now, &mut bufs, &mut ids));
+            });
         }
-        let per_request = (counting::allocations() - before) as f64 / (1_000 * connections) as f64;
-        println!("round, {connections} connections: {per_request:.2} allocations per request");
-        group.bench_function(BenchmarkId::new("keepwire", connections), |b| {
-            b.iter(|| round_once(&mut pool, &conns, now, &mut bufs, &mut ids));
-        });
     }
     group.finish();
 }
