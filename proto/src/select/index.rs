@@ -398,6 +398,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_ready_node_quarantined_at_the_same_load_leaves_the_healthy_tree() {
+        let ready = |load, quarantined| Placement {
+            class: Class::In(Standing::Ready {
+                load,
+                writable: true,
+            }),
+            quarantined,
+        };
+        let mut index = SelectIndex::default();
+        index.place(0, ready(1, false));
+        index.place(1, ready(2, false));
+        assert_eq!(index.ready(0, usize::MAX, false), Ok(0));
+        // Quarantined with its load unchanged (its connection stays up when a request's
+        // deadline passes in flight), it is a candidate in panic mode only.
+        index.place(0, ready(1, true));
+        assert_eq!(index.ready(0, usize::MAX, false), Ok(1));
+        assert_eq!(index.ready(0, usize::MAX, true), Ok(0));
+        // Readmitted with a load that moved meanwhile, it is a healthy candidate again.
+        index.place(0, ready(0, false));
+        assert_eq!(index.ready(1, usize::MAX, false), Ok(0));
+        assert_eq!(index.ready(1, usize::MAX, true), Ok(0));
+    }
+
+    #[test]
     fn the_tree_finds_the_first_minimum_from_an_offset_wrapping_around() {
         let mut t = SegTree::default();
         for (slot, load) in [(0, 3), (2, 1), (5, 1), (7, 2)] {
