@@ -35,6 +35,24 @@ fn pop_checked(heap: &mut TimerHeap, model: &mut Vec<(Instant, TimerKey)>, at: &
     model.retain(|&e| Some(e) != got);
 }
 
+/// The checks after a model test's step: what may come next, the count, the positions, and
+/// both lanes within their slack of dead entries.
+fn assert_agrees(heap: &TimerHeap, model: &[(Instant, TimerKey)], at: &str) {
+    assert!(may_come_next(model, heap.peek()), "{at}");
+    assert_eq!(heap.len(), model.len(), "{at}");
+    assert!(heap.positions_agree(), "{at}");
+    let lanes = [
+        (heap.lane.len(), heap.lane.live()),
+        (heap.write_lane.len(), heap.write_lane.live()),
+    ];
+    for (len, live) in lanes {
+        assert!(
+            len <= 2 * live + LANE_SLACK,
+            "{at}: a lane outgrew its live entries"
+        );
+    }
+}
+
 #[test]
 fn equal_instants_fire_node_timers_first_then_requests_as_scheduled() {
     let node = NodeId::new(0, 0);
@@ -304,16 +322,7 @@ fn rising_deadlines_ended_in_any_order_come_out_by_instant() {
                     pop_checked(&mut heap, &mut model, &at);
                 }
             }
-            assert!(
-                may_come_next(&model, heap.peek()),
-                "round {round} step {step}"
-            );
-            assert_eq!(heap.len(), model.len(), "round {round} step {step}");
-            assert!(heap.positions_agree(), "round {round} step {step}");
-            assert!(
-                heap.lane.len() <= 2 * heap.lane.live() + LANE_SLACK,
-                "round {round} step {step}: the lane outgrew its live entries"
-            );
+            assert_agrees(&heap, &model, &format!("round {round} step {step}"));
         }
         assert!(
             laned > 2_000,
@@ -702,13 +711,7 @@ fn write_timers_of_many_connections_come_out_in_key_order_through_the_lane() {
                 armed_order.retain(|&k| got.is_none_or(|g| g.1 != k));
             }
         }
-        assert!(may_come_next(&model, heap.peek()), "step {step}");
-        assert_eq!(heap.len(), model.len(), "step {step}");
-        assert!(heap.positions_agree(), "step {step}");
-        assert!(
-            heap.write_lane.len() <= 2 * heap.write_lane.live() + LANE_SLACK,
-            "step {step}: the write lane outgrew its live entries"
-        );
+        assert_agrees(&heap, &model, &format!("step {step}"));
     }
     // (The fresh entry takes many of the others: the oldest timer's report empties it.)
     assert!(
