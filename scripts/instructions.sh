@@ -8,7 +8,7 @@
 # Usage: scripts/instructions.sh [BENCH_BINARY]
 #   BENCH_BINARY  a built lifecycle benchmark (default: $LIFECYCLE_BENCH, else build it and
 #                 take cargo's)
-# Needs valgrind (callgrind_annotate comes with it). Takes about 3 min.
+# Needs valgrind (callgrind_annotate comes with it). Takes about 4 min.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/callgrind.sh
@@ -36,8 +36,8 @@ for spec in \
   "lifecycle::round_once 64 round/scattered/64 scattered"; do
   set -- $spec
   file="$out/callgrind.$2"
-  LIFECYCLE_SIZE=$2 LIFECYCLE_VARIANT=${4:-} valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$file" \
-    --toggle-collect="$1" "$bin" --bench --warm-up-time 0.1 --measurement-time 0.3 \
+  LIFECYCLE_SIZE=$2 LIFECYCLE_VARIANT=${4:-} valgrind --tool=callgrind --dump-instr=no \
+    --callgrind-out-file="$file" --toggle-collect="$1" "$bin" --bench --warm-up-time 0.1 --measurement-time 0.3 \
     --sample-size 10 "$3" >/dev/null 2>&1
   total=$(total_instructions "$file")
   calls=$(calls_to "$file" 'Pool::submit')

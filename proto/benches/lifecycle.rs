@@ -525,9 +525,8 @@ fn round_once(
 
 fn round(c: &mut Criterion) {
     let mut group = c.benchmark_group("round");
-    // `keepwire` submits in node order; `scattered` in a fixed shuffled one, as a router that
-    // picks connections by load does, so the write timers of one instant are armed out of
-    // node order.
+    // `scattered`: as a router that picks connections by load submits, so the write timers of
+    // one instant are armed out of node order.
     for connections in [8usize, 64] {
         if !chosen(connections) {
             continue;
@@ -541,12 +540,8 @@ fn round(c: &mut Criterion) {
                 .iter()
                 .map(|&node| (node, pool.current_conn(node).unwrap()))
                 .collect();
-            let mut x = 0x9e37_79b9_7f4a_7c15u64;
-            for i in (1..conns.len()).rev().filter(|_| shuffled) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                conns.swap(i, (x % (i as u64 + 1)) as usize);
+            if shuffled {
+                shuffle(&mut conns);
             }
             let (mut bufs, mut ids) = (Vec::with_capacity(16), Vec::with_capacity(connections));
             round_once(&mut pool, &conns, now, &mut bufs, &mut ids); // warm the free lists
@@ -565,6 +560,17 @@ fn round(c: &mut Criterion) {
         }
     }
     group.finish();
+}
+
+/// Shuffles `items` into the same order every run (Fisher-Yates over a fixed xorshift).
+fn shuffle<T>(items: &mut [T]) {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in (1..items.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        items.swap(i, (x % (i as u64 + 1)) as usize);
+    }
 }
 
 criterion_group!(benches, lifecycle, pipeline, routed, round);
