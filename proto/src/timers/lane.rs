@@ -101,16 +101,21 @@ impl<K: HeapKey> Lane<K> {
         ((cell & !IN_LANE) - self.head) as usize
     }
 
-    /// Entry `k`'s key.
-    #[inline]
-    pub(super) fn key_at(&self, k: usize) -> K {
-        self.entries[k].1
-    }
-
     /// Whether entry `k` is live: its slot's cell still names its sequence number (an ended
     /// entry's cell was cleared, a reused slot's names another place).
     pub(super) fn live_at(&self, cells: &[u64], k: usize) -> bool {
         cells[self.entries[k].1.cell()] == IN_LANE | (self.head + k as u64)
+    }
+
+    /// Takes out `key`'s entry, whose slot's cell is `cell` (an [`IN_LANE`] one), if it is
+    /// exactly `key`'s (not another generation's of the slot): whether it was.
+    pub(super) fn cancel(&mut self, heap: &mut KeyedHeap<K>, cell: u64, key: K) -> bool {
+        let k = self.index(cell);
+        let found = self.entries[k].1 == key;
+        if found {
+            self.remove(heap, k);
+        }
+        found
     }
 
     /// Takes the live entry `k` out by clearing its cell, which makes it dead: off an end at
