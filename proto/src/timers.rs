@@ -236,7 +236,7 @@ impl TimerHeap {
             }
             Some(cell) => return self.nodes.replace(cell as usize, (at, key)),
         }
-        self.place_node(at, key);
+        self.place_node(at, node, timer);
     }
 
     /// Schedules `node`'s `timer`, which the node's own table says is stopped, at `at`: the
@@ -269,21 +269,17 @@ impl TimerHeap {
         if self.fresh.is_none() {
             self.fresh = Some((at, key));
         } else {
-            self.push_stopped_node(at, node, timer);
+            self.place_node(at, node, timer);
         }
     }
 
-    /// The rest of [`Self::schedule_stopped_node`], with the fresh entry taken.
+    /// Places the entry of `node`'s `timer`, whose slot holds none: at the back of the write
+    /// lane if it is a write timer later in key order than the lane's last entry, else in the
+    /// node heap (whose usual push, an entry that stays at the end, is inlined). Out of line,
+    /// taking the entry's parts in registers.
     #[inline(never)]
-    fn push_stopped_node(&mut self, at: Instant, node: NodeId, timer: NodeTimer) {
-        self.place_node(at, (node, timer));
-    }
-
-    /// Places the entry of `key`, whose slot holds none: at the back of the write lane if it
-    /// is a write timer later in key order than the lane's last entry, else in the node heap
-    /// (whose usual push, an entry that stays at the end, is inlined).
-    #[inline(always)]
-    fn place_node(&mut self, at: Instant, key: (NodeId, NodeTimer)) {
+    fn place_node(&mut self, at: Instant, node: NodeId, timer: NodeTimer) {
+        let key = (node, timer);
         if key.1 == NodeTimer::WriteTimeout && self.write_lane.back().is_none_or(|&b| b < (at, key))
         {
             let cell = cell_mut(&mut self.nodes.at, key.cell());
