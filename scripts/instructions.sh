@@ -37,8 +37,8 @@ for spec in \
   set -- $spec
   file="$out/callgrind.$2"
   LIFECYCLE_SIZE=$2 LIFECYCLE_VARIANT=${4:-} valgrind --tool=callgrind --dump-instr=no \
-    --callgrind-out-file="$file" --toggle-collect="$1" "$bin" --bench --warm-up-time 0.1 --measurement-time 0.3 \
-    --sample-size 10 "$3" >/dev/null 2>&1
+    --callgrind-out-file="$file" --toggle-collect="$1" "$bin" --bench --warm-up-time 0.1 \
+    --measurement-time 0.3 --sample-size 10 "$3" >/dev/null 2>&1
   total=$(total_instructions "$file")
   calls=$(calls_to "$file" 'Pool::submit')
   echo "$3: $((total / calls)) instructions per request ($calls requests)"

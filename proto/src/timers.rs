@@ -517,12 +517,12 @@ impl TimerHeap {
     pub(crate) fn next_instant(&self) -> Option<Instant> {
         // An empty part counts as the latest instant, so the least of the parts' first entries
         // is an entry's instant unless it is the latest: then whether a part holds an entry at
-        // all decides. Only the fresh entry, the node heap and the lane can hold one at the
-        // latest instant: the request heap and the early stack take a deadline only when it
-        // is earlier than the lane's last. Five loads and four `min`s on the usual path, where
-        // an iterator over the options copied them through the stack, and computing the
-        // emptiness beside them took three more registers to save (an adapter asks this after
-        // every round).
+        // all decides. Only the fresh entry, the node heap and the two lanes can hold one at
+        // the latest instant: the request heap and the early stack take a deadline only when
+        // it is earlier than the lane's last. Six loads and five `min`s on the usual path,
+        // where an iterator over the options copied them through the stack, and computing the
+        // emptiness beside them took more registers to save (an adapter asks this after every
+        // round).
         let at = |first: Option<Instant>| first.map_or(u64::MAX, Instant::as_nanos);
         let least = at(self.fresh.map(|e| e.0))
             .min(at(self.nodes.entries.first().map(|e| e.0)))
@@ -564,9 +564,9 @@ impl TimerHeap {
             + self.lane.live()
     }
 
-    /// Every entry: the fresh one, the node heap's and the request heap's in heap order, then
-    /// the early stack's and the lane's live ones in order (for the pool's consistency
-    /// checks).
+    /// Every entry: the fresh one, the node heap's in heap order and the write lane's live ones
+    /// in order, the request heap's in heap order, then the early stack's and the lane's live
+    /// ones in order (for the pool's consistency checks).
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn iter(&self) -> impl Iterator<Item = (Instant, TimerKey)> + '_ {
         let nodes = self
@@ -613,9 +613,10 @@ impl TimerHeap {
     }
 
     /// Whether both heaps are in heap order, every recorded position points at its entry and
-    /// every entry's is recorded, the lane is sorted with a live front and back and its live
-    /// count right, the early stack falls strictly to a live top with its live count right,
-    /// and the fresh entry's slot has no entry in the node heap.
+    /// every entry's is recorded, the lane is sorted by instant and the write lane in key
+    /// order, each with a live front and back and its live count right, the early stack falls
+    /// strictly to a live top with its live count right, and the fresh entry's slot has no
+    /// other entry.
     #[cfg(test)]
     fn positions_agree(&self) -> bool {
         let early_live = (0..self.early.len()).filter(|&i| self.early_live_at(i));

@@ -444,10 +444,10 @@ impl Node {
         self.arm_with(sink, timer, at, false);
     }
 
-    /// [`Node::arm`]; with `inline`, the index's part for a stopped timer (the fresh entry's
-    /// store, or the heap's push) is inlined too, for a caller that has saved its registers
-    /// already (a submit's write timer: as a call, with the entry built on the stack for the
-    /// push's out-of-line rest, it cost 15 instructions per request).
+    /// [`Node::arm`]; with `inline`, the index's usual part for a stopped timer (the fresh
+    /// entry's store) is inlined too, for a caller that has saved its registers already (a
+    /// submit's write timer: as a call, with the entry built on the stack for the index's
+    /// out-of-line rest, it cost 15 instructions per request).
     #[inline(always)]
     fn arm_with(&mut self, sink: &mut Sink<'_>, timer: NodeTimer, at: Instant, inline: bool) {
         let armed = self.timers.get(timer);
