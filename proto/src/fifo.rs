@@ -123,6 +123,15 @@ impl<T> Fifo<T> {
         self.drop_read();
         self.items.retain(keep);
     }
+
+    /// Sorts the items (of which no two are equal, so the order is the only one).
+    pub(crate) fn sort_unstable(&mut self)
+    where
+        T: Ord,
+    {
+        self.drop_read();
+        self.items.sort_unstable();
+    }
 }
 
 /// A first-in first-out queue of items that are not `Copy` (the pool's events): a [`Fifo`]

@@ -145,15 +145,22 @@ pub(crate) enum TimerKey {
 /// **The write lane.** A round over many connections arms each one's write timer, and their
 /// write reports stop them again, in the same order (the order the connections were handed
 /// out). A write timer armed from stopped while the fresh entry is taken goes to the back of
-/// the write lane if it is later in key order (instant, then node, then timer) than the
-/// lane's last entry, which it always is when the clock has moved on since. The lane is then
-/// sorted in key order and the usual stop takes its front in O(1), where the node heap sifted
-/// a replacement down from its top (about 300 instructions per request over 64 connections).
-/// A write timer that would come before the lane's last entry (several connections armed at
-/// one instant out of node order, a re-arm to an earlier instant) goes into the node heap as
-/// before. Its entries are live or dead, compacted as the request lane's are
-/// ([`Lane`]), and its front is compared with the node heap's top and the fresh entry in key
-/// order: the three give exactly what one node heap gave.
+/// the write lane if it is no earlier than the lane's last entry, which it always is when the
+/// clock has moved on since, and is when a round arms its connections at one instant in any
+/// order. The usual stop takes the lane's front in O(1), where the node heap sifted a
+/// replacement down from its top (about 300 instructions per request over 64 connections,
+/// 170 when the connections were armed out of node order). A write timer earlier than the
+/// lane's last entry (a re-arm to an earlier instant) goes into the node heap. Its entries
+/// are live or dead, compacted as the request lane's are ([`Lane`]).
+///
+/// The lane is sorted by instant; at one instant its entries are in the order they were
+/// armed, which is key order (node, then timer) unless a round armed them out of node order:
+/// the lane is then marked unsorted. Sorted, its front is its least entry in key order; marked
+/// unsorted, [`Self::pop`] sorts it in key order before taking an entry at its front's instant
+/// (an O(n log n) cost, once, that a firing write timeout pays, which closes its connection),
+/// and [`Self::peek`] finds its least entry at its front's instant by a scan. Either way its least entry is compared with
+/// the node heap's top and the fresh entry in key order: the three give exactly what one node
+/// heap gave.
 ///
 /// **Order.** Entries come out by instant. At one instant the node timers come first, in key
 /// order, wherever they are held; then the request heap's and the early stack's deadlines, in
@@ -174,9 +181,14 @@ pub(crate) struct TimerHeap {
     requests: KeyedHeap<RequestId>,
     /// Request deadlines by instant (submit order among equal ones), some of them dead.
     lane: Lane<RequestId>,
-    /// Write timers armed from stopped beside a taken fresh entry, in key order, some of them
+    /// Write timers armed from stopped beside a taken fresh entry, by instant, some of them
     /// dead: see **The write lane** above. Their cells are in the node heap's table.
     write_lane: Lane<(NodeId, NodeTimer)>,
+    /// Whether two neighbours in the write lane may be out of key order (armed at one
+    /// instant out of node order): its front is then not always its least entry, and
+    /// [`Self::pop`] sorts it first. Only that sort clears it: an emptied lane keeps it, to
+    /// spare the usual arm and stop a store, at the cost of one needless sort.
+    write_lane_unsorted: bool,
     /// Request deadlines each earlier than every entry below it (the top, last, is the
     /// earliest), some of them dead (see [`Self::early_live_at`]).
     early: Vec<(Instant, RequestId)>,
@@ -274,14 +286,24 @@ impl TimerHeap {
     }
 
     /// Places the entry of `node`'s `timer`, whose slot holds none: at the back of the write
-    /// lane if it is a write timer later in key order than the lane's last entry, else in the
-    /// node heap (whose usual push, an entry that stays at the end, is inlined). Out of line,
-    /// taking the entry's parts in registers.
+    /// lane if it is a write timer no earlier than the lane's last entry (noting when it comes
+    /// before that entry in key order, at the same instant), else in the node heap (whose
+    /// usual push, an entry that stays at the end, is inlined). Out of line, taking the
+    /// entry's parts in registers.
     #[inline(never)]
     fn place_node(&mut self, at: Instant, node: NodeId, timer: NodeTimer) {
         let key = (node, timer);
-        if key.1 == NodeTimer::WriteTimeout && self.write_lane.back().is_none_or(|&b| b < (at, key))
-        {
+        let laned = key.1 == NodeTimer::WriteTimeout
+            && match self.write_lane.back() {
+                None => true,
+                Some(&(last, _)) if last < at => true,
+                Some(&(last, last_key)) if last == at => {
+                    self.write_lane_unsorted |= key < last_key;
+                    true
+                }
+                Some(_) => false,
+            };
+        if laned {
             let cell = cell_mut(&mut self.nodes.at, key.cell());
             self.write_lane.push(cell, (at, key));
         } else if !self.nodes.push_in_place((at, key)) {
@@ -481,7 +503,7 @@ impl TimerHeap {
                 self.nodes.entries.first().map(|&e| (Source::Nodes, e)),
                 self.fresh.map(|e| (Source::Fresh, e)),
             ),
-            self.write_lane.front().map(|&e| (Source::WriteLane, e)),
+            self.write_lane_first().map(|e| (Source::WriteLane, e)),
         );
         let mut best =
             nodes.map(|(source, (at, (node, timer)))| (source, (at, TimerKey::Node(node, timer))));
@@ -507,6 +529,21 @@ impl TimerHeap {
         best
     }
 
+    /// The write lane's entry to compare with the other parts' first ones: its least in key
+    /// order. That is its front, unless the lane is unsorted and due first: then the least
+    /// live entry at its front's instant, found by a scan that only [`Self::peek`] pays
+    /// ([`Self::pop`] sorts such a lane first). Due later than another part's first entry,
+    /// its front's instant alone decides.
+    fn write_lane_first(&self) -> Option<(Instant, (NodeId, NodeTimer))> {
+        if self.write_lane_unsorted && self.write_lane_due_first() {
+            self.write_lane.least_at_front(&self.nodes.at)
+        } else {
+            self.write_lane.front().copied()
+        }
+    }
+
+    /// The earliest entry, without taking it out. The pool takes due entries with
+    /// [`Self::pop`] alone, which costs no scan of the write lane.
     pub(crate) fn peek(&self) -> Option<(Instant, TimerKey)> {
         self.earliest().map(|(_, entry)| entry)
     }
@@ -515,6 +552,15 @@ impl TimerHeap {
     /// that instant (every part's first entry is live, so the least of them is the answer).
     #[inline]
     pub(crate) fn next_instant(&self) -> Option<Instant> {
+        let next = self.first_instant();
+        debug_assert_eq!(next, self.peek().map(|(at, _)| at));
+        next
+    }
+
+    /// [`Self::next_instant`], without its debug check against [`Self::peek`] (which asks
+    /// this itself when the write lane is unsorted).
+    #[inline(always)]
+    fn first_instant(&self) -> Option<Instant> {
         // An empty part counts as the latest instant, so the least of the parts' first entries
         // is an entry's instant unless it is the latest: then whether a part holds an entry at
         // all decides. Only the fresh entry, the node heap and the two lanes can hold one at
@@ -535,12 +581,26 @@ impl TimerHeap {
             || !self.nodes.entries.is_empty()
             || !self.write_lane.is_empty()
             || !self.lane.is_empty();
-        let next = any.then_some(Instant::from_nanos(least));
-        debug_assert_eq!(next, self.peek().map(|(at, _)| at));
-        next
+        any.then_some(Instant::from_nanos(least))
     }
 
+    /// Whether the write lane's front is due no later than every other part's first entry:
+    /// whether the lane may hold the index's earliest entry.
+    fn write_lane_due_first(&self) -> bool {
+        self.write_lane
+            .front()
+            .is_some_and(|&(first, _)| Some(first) == self.first_instant())
+    }
+
+    /// Takes the earliest entry out. An unsorted write lane that may hold it (its front is
+    /// due first) is sorted first, once, in O(n log n): a write timeout that fires (its
+    /// connection then closes) pays it, or a timer due at the same instant, never a request
+    /// on its usual path.
     pub(crate) fn pop(&mut self) -> Option<(Instant, TimerKey)> {
+        if self.write_lane_unsorted && self.write_lane_due_first() {
+            self.write_lane.sort(&mut self.nodes.at);
+            self.write_lane_unsorted = false;
+        }
         let (source, entry) = self.earliest()?;
         match source {
             Source::Fresh => self.fresh = None,
@@ -613,8 +673,9 @@ impl TimerHeap {
     }
 
     /// Whether both heaps are in heap order, every recorded position points at its entry and
-    /// every entry's is recorded, the lane is sorted by instant and the write lane in key
-    /// order, each with a live front and back and its live count right, the early stack falls
+    /// every entry's is recorded, both lanes are sorted by instant and the write lane in key
+    /// order too unless it is marked unsorted, each with a live front and back and its live
+    /// count right, the early stack falls
     /// strictly to a live top with its live count right, and the fresh entry's slot has no
     /// other entry.
     #[cfg(test)]
@@ -627,7 +688,9 @@ impl TimerHeap {
             && self.nodes.ordered()
             && self.requests.ordered()
             && self.lane.agrees(&self.requests.at, |a, b| a.0 <= b.0)
-            && self.write_lane.agrees(&self.nodes.at, |a, b| a < b)
+            && self.write_lane.agrees(&self.nodes.at, |a, b| {
+                a.0 <= b.0 && (self.write_lane_unsorted || a < b)
+            })
             && early_live.count() == self.early_live
             && early_falls
             && top_live

@@ -152,6 +152,27 @@ impl<K: HeapKey> Lane<K> {
         renumber(self.entries.iter(), cells, IN_LANE, head);
     }
 
+    /// Drops the dead entries and sorts the live ones in key order (instant, then key),
+    /// renumbering them from the head: for a lane sorted by instant alone, whose entries of
+    /// one instant must come out in key order.
+    pub(super) fn sort(&mut self, cells: &mut [u64]) {
+        let head = self.head;
+        self.entries.retain(still_placed(cells, IN_LANE, head));
+        self.entries.sort_unstable();
+        renumber(self.entries.iter(), cells, IN_LANE, head);
+    }
+
+    /// The least live entry in key order among those at the front's instant (the least of the
+    /// lane, when it is sorted by instant): a scan of them.
+    pub(super) fn least_at_front(&self, cells: &[u64]) -> Option<(Instant, K)> {
+        let &(first, _) = self.front()?;
+        (0..self.len())
+            .take_while(|&k| self.entries[k].0 == first)
+            .filter(|&k| self.live_at(cells, k))
+            .map(|k| self.entries[k])
+            .min()
+    }
+
     /// The live entries, in order.
     #[cfg(any(test, feature = "fuzzing"))]
     pub(super) fn iter_live<'a>(

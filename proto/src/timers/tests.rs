@@ -596,37 +596,44 @@ fn write_timers_armed_in_key_order_wait_in_the_write_lane_and_leave_its_front() 
         ),
         (true, 9, 0)
     );
-    // Other timers never go to the write lane; nor does a write timer that would come
-    // before its last entry (here, one of a lesser key at the same instant).
+    // Other timers never go to the write lane. A write timer at the instant of its last entry
+    // does, even of a lesser key: the lane is then marked unsorted.
     heap.cancel_armed_node(node(0), write);
     heap.schedule_stopped_node_inline(at, node(20), NodeTimer::Idle);
+    assert!(!heap.write_lane_unsorted);
     heap.schedule_stopped_node_inline(at, node(0), write);
     heap.schedule_stopped_node_inline(at, node(30), NodeTimer::Setup);
     assert_eq!(
-        (heap.write_lane.len(), heap.nodes.entries.len()),
-        (9, 2),
-        "the idle timer and node 0's write timer are in the heap"
+        (
+            heap.write_lane.len(),
+            heap.nodes.entries.len(),
+            heap.write_lane_unsorted
+        ),
+        (10, 1, true),
+        "node 0's write timer is at the lane's back, the setup timer in the heap"
     );
     assert_eq!(heap.fresh, Some((at, (node(20), NodeTimer::Idle))));
     assert!(heap.positions_agree());
+    // The least entry comes first all the same, from the lane's back.
+    assert_eq!(heap.peek(), Some((at, TimerKey::Node(node(0), write))));
     // Reports in the order of the arms take the lane's front each time.
     for slot in 1..4 {
         heap.cancel_armed_node(node(slot), write);
-        assert_eq!(heap.write_lane.len(), 9 - slot as usize);
+        assert_eq!(heap.write_lane.len(), 10 - slot as usize);
         assert!(heap.positions_agree());
     }
     // One from the middle leaves a dead entry, which goes with the front before it.
     heap.cancel_armed_node(node(6), write);
-    assert_eq!((heap.write_lane.len(), heap.write_lane.live()), (6, 5));
+    assert_eq!((heap.write_lane.len(), heap.write_lane.live()), (7, 6));
     heap.cancel_node(NodeId::new(5, 1), write); // another generation: left alone
-    assert_eq!(heap.write_lane.live(), 5);
+    assert_eq!(heap.write_lane.live(), 6);
     heap.cancel_armed_node(node(4), write);
     heap.cancel_armed_node(node(5), write);
-    assert_eq!((heap.write_lane.len(), heap.write_lane.live()), (3, 3));
+    assert_eq!((heap.write_lane.len(), heap.write_lane.live()), (4, 4));
     // Re-armed later, a laned timer moves to the lane's back; earlier, into the heap.
     heap.schedule_node(Instant::from_secs(11), node(7), write);
     heap.schedule_node(Instant::from_secs(1), node(8), write);
-    assert_eq!((heap.write_lane.len(), heap.write_lane.live()), (2, 2));
+    assert_eq!((heap.write_lane.len(), heap.write_lane.live()), (3, 3));
     assert!(heap.positions_agree());
     // All of them come out by instant, then in key order, wherever they wait.
     let order: Vec<_> = core::iter::from_fn(|| heap.pop()).collect();
@@ -640,6 +647,63 @@ fn write_timers_armed_in_key_order_wait_in_the_write_lane_and_leave_its_front() 
     ];
     assert_eq!(order, expected.map(|(at, n, t)| (at, TimerKey::Node(n, t))));
     assert_eq!(heap.len(), 0);
+}
+
+#[test]
+fn write_timers_armed_at_one_instant_out_of_node_order_wait_in_the_lane_and_fire_in_key_order() {
+    let write = NodeTimer::WriteTimeout;
+    let at = Instant::from_secs(10);
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    // A router's round over 64 connections, submitting to them in a shuffled order at one
+    // instant: the first arm takes the fresh entry, every other one the write lane.
+    let mut shuffled: Vec<u32> = (0..64).collect();
+    for i in (1..shuffled.len()).rev() {
+        xorshift(&mut x);
+        shuffled.swap(i, x as usize % (i + 1));
+    }
+    let mut heap = TimerHeap::default();
+    for round in 0..2 {
+        for &slot in &shuffled {
+            heap.schedule_stopped_node(at, NodeId::new(slot, 0), write);
+        }
+        assert_eq!((heap.write_lane.len(), heap.nodes.entries.len()), (63, 0));
+        assert!(heap.write_lane_unsorted && heap.positions_agree());
+        if round == 0 {
+            // Their reports, in the order of the arms, take the lane's front each time.
+            for (k, &slot) in shuffled.iter().enumerate() {
+                heap.cancel_armed_node(NodeId::new(slot, 0), write);
+                let left = 63 - k.min(63);
+                assert_eq!(
+                    (heap.write_lane.len(), heap.write_lane.live()),
+                    (left, left)
+                );
+            }
+            assert_eq!(heap.len(), 0);
+        }
+    }
+    // One report from the middle. A deadline due earlier comes out first, and its pop
+    // leaves the lane as it is.
+    heap.cancel_armed_node(NodeId::new(shuffled[40], 0), write);
+    let earlier = (
+        Instant::from_secs(9),
+        TimerKey::Request(RequestId::new(0, 0)),
+    );
+    heap.schedule(earlier.0, earlier.1);
+    assert_eq!(heap.pop(), Some(earlier));
+    assert!(heap.write_lane_unsorted && heap.positions_agree());
+    // Then the write timers fire: in key order, each the one `peek` named, and the first
+    // `pop` leaves the lane sorted.
+    let mut fired = Vec::new();
+    while let Some(next) = heap.peek() {
+        assert_eq!(heap.pop(), Some(next));
+        assert!(!heap.write_lane_unsorted && heap.positions_agree());
+        fired.push(next);
+    }
+    let expected: Vec<_> = (0..64u32)
+        .filter(|&slot| slot != shuffled[40])
+        .map(|slot| (at, TimerKey::Node(NodeId::new(slot, 0), write)))
+        .collect();
+    assert_eq!(fired, expected);
 }
 
 #[test]
