@@ -156,10 +156,9 @@ impl<K: HeapKey> Lane<K> {
     /// renumbering them from the head: for a lane sorted by instant alone, whose entries of
     /// one instant must come out in key order.
     pub(super) fn sort(&mut self, cells: &mut [u64]) {
-        let head = self.head;
-        self.entries.retain(still_placed(cells, IN_LANE, head));
+        self.compact(cells);
         self.entries.sort_unstable();
-        renumber(self.entries.iter(), cells, IN_LANE, head);
+        renumber(self.entries.iter(), cells, IN_LANE, self.head);
     }
 
     /// The least live entry in key order among those at the front's instant (the least of the
