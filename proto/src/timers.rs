@@ -155,12 +155,12 @@ pub(crate) enum TimerKey {
 ///
 /// The lane is sorted by instant; at one instant its entries are in the order they were
 /// armed, which is key order (node, then timer) unless a round armed them out of node order:
-/// the lane is then marked unsorted. Sorted, its front is its least entry in key order; marked
-/// unsorted, [`Self::pop`] sorts it in key order before taking an entry at its front's instant
-/// (an O(n log n) cost, once, that a firing write timeout pays, which closes its connection),
-/// and [`Self::peek`] finds its least entry at its front's instant by a scan. Either way its least entry is compared with
-/// the node heap's top and the fresh entry in key order: the three give exactly what one node
-/// heap gave.
+/// the lane is then marked unsorted. Sorted, its front is its least entry in key order.
+/// Marked unsorted, [`Self::pop`] sorts it in key order before taking an entry at its front's
+/// instant (an O(n log n) cost, once, that a firing write timeout pays, which closes its
+/// connection), and [`Self::peek`] finds its least entry at its front's instant by a scan.
+/// Either way its least entry is compared with the node heap's top and the fresh entry in key
+/// order: the three give exactly what one node heap gave.
 ///
 /// **Order.** Entries come out by instant. At one instant the node timers come first, in key
 /// order, wherever they are held; then the request heap's and the early stack's deadlines, in
@@ -675,9 +675,8 @@ impl TimerHeap {
     /// Whether both heaps are in heap order, every recorded position points at its entry and
     /// every entry's is recorded, both lanes are sorted by instant and the write lane in key
     /// order too unless it is marked unsorted, each with a live front and back and its live
-    /// count right, the early stack falls
-    /// strictly to a live top with its live count right, and the fresh entry's slot has no
-    /// other entry.
+    /// count right, the early stack falls strictly to a live top with its live count right,
+    /// and the fresh entry's slot has no other entry.
     #[cfg(test)]
     fn positions_agree(&self) -> bool {
         let early_live = (0..self.early.len()).filter(|&i| self.early_live_at(i));
