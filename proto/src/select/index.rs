@@ -282,7 +282,7 @@ impl SelectIndex {
 
 /// The minimum value of the healthy tree, or in panic mode of both, and the first slot
 /// holding it from `offset` on, wrapping around.
-fn first_min<K: Ord + Copy>(trees: &[SegTree<K>; 2], panic: bool, offset: u32) -> Option<(K, u32)> {
+fn first_min<K: Leaf>(trees: &[SegTree<K>; 2], panic: bool, offset: u32) -> Option<(K, u32)> {
     let from = offset as usize;
     if !panic {
         // The usual pick reads one tree, with no iterator over the classes.
@@ -303,13 +303,76 @@ fn first_min<K: Ord + Copy>(trees: &[SegTree<K>; 2], panic: bool, offset: u32) -
 /// minimum below it. Setting a leaf is O(log n); so is finding the first leaf at or after an
 /// index that holds a given value.
 #[derive(Debug)]
-pub(crate) struct SegTree<K> {
-    /// `tree[1]` is the root; leaves start at `width`.
-    tree: Vec<Option<K>>,
+pub(crate) struct SegTree<K: Leaf> {
+    /// `tree[1]` is the root; leaves start at `width`. Each holds its value's stored form,
+    /// [`Leaf::NONE`] for nothing.
+    tree: Vec<K::Stored>,
     width: usize,
 }
 
-impl<K> Default for SegTree<K> {
+/// A value a [`SegTree`] holds, kept in a form where "nothing" is one more value that sorts
+/// after every other: an inner node's minimum is then one `min`, and a leaf's test for a value
+/// one comparison. A load is stored as itself, with its type's largest value for nothing (an
+/// `Option<usize>` took a tag and twice the room, and compared both words).
+pub(crate) trait Leaf: Copy + Ord {
+    /// The stored form.
+    type Stored: Copy + Ord + core::fmt::Debug;
+    /// Nothing, after every stored value.
+    const NONE: Self::Stored;
+    /// The stored form of `value`.
+    fn store(value: Option<Self>) -> Self::Stored;
+    /// The value of a stored form.
+    fn load(stored: Self::Stored) -> Option<Self>;
+}
+
+/// A count (a ready node's load): its type's largest value stands for nothing, which no
+/// count reaches.
+macro_rules! count_leaf {
+    ($($t:ty),*) => {$(
+        impl Leaf for $t {
+            type Stored = $t;
+            const NONE: $t = <$t>::MAX;
+            #[inline]
+            fn store(value: Option<$t>) -> $t {
+                debug_assert_ne!(value, Some(<$t>::MAX), "a count that stands for nothing");
+                value.unwrap_or(<$t>::MAX)
+            }
+            #[inline]
+            fn load(stored: $t) -> Option<$t> {
+                (stored != <$t>::MAX).then_some(stored)
+            }
+        }
+    )*};
+}
+
+// `usize` for the ready trees; `u64` and `i32` are the loads of the unit tests below.
+count_leaf!(usize, u64, i32);
+
+/// A connecting node: present (`false`) or not (`true`).
+impl Leaf for () {
+    type Stored = bool;
+    const NONE: bool = true;
+    fn store(value: Option<()>) -> bool {
+        value.is_none()
+    }
+    fn load(stored: bool) -> Option<()> {
+        (!stored).then_some(())
+    }
+}
+
+/// A disconnected node's rank, behind a flag that is set for nothing.
+impl Leaf for Rank {
+    type Stored = (bool, Rank);
+    const NONE: (bool, Rank) = (true, (0, None));
+    fn store(value: Option<Rank>) -> (bool, Rank) {
+        value.map_or(Self::NONE, |rank| (false, rank))
+    }
+    fn load(stored: (bool, Rank)) -> Option<Rank> {
+        (!stored.0).then_some(stored.1)
+    }
+}
+
+impl<K: Leaf> Default for SegTree<K> {
     fn default() -> Self {
         Self {
             tree: Vec::new(),
@@ -318,17 +381,17 @@ impl<K> Default for SegTree<K> {
     }
 }
 
-impl<K: Ord + Copy> SegTree<K> {
+impl<K: Leaf> SegTree<K> {
     fn set(&mut self, slot: u32, value: Option<K>) {
         let i = slot as usize;
         if i >= self.width {
             self.grow(i + 1);
         }
         let mut at = self.width + i;
-        self.tree[at] = value;
+        self.tree[at] = K::store(value);
         while at > 1 {
             at /= 2;
-            let merged = min_of(self.tree[2 * at], self.tree[2 * at + 1]);
+            let merged = self.tree[2 * at].min(self.tree[2 * at + 1]);
             if self.tree[at] == merged {
                 break;
             }
@@ -338,17 +401,17 @@ impl<K: Ord + Copy> SegTree<K> {
 
     fn grow(&mut self, leaves: usize) {
         let width = leaves.next_power_of_two().max(4);
-        let mut tree = alloc::vec![None; 2 * width];
+        let mut tree = alloc::vec![K::NONE; 2 * width];
         tree[width..width + self.width].copy_from_slice(&self.tree[self.width..]);
         for at in (1..width).rev() {
-            tree[at] = min_of(tree[2 * at], tree[2 * at + 1]);
+            tree[at] = tree[2 * at].min(tree[2 * at + 1]);
         }
         self.tree = tree;
         self.width = width;
     }
 
     fn min(&self) -> Option<K> {
-        self.tree.get(1).copied().flatten()
+        K::load(*self.tree.get(1)?)
     }
 
     /// The first leaf at or after `from` holding `value`, which no leaf undercuts (the
@@ -365,7 +428,8 @@ impl<K: Ord + Copy> SegTree<K> {
             self.min().is_none_or(|m| m >= value),
             "a leaf undercuts the value"
         );
-        let holds = |at: usize| self.tree[at] == Some(value);
+        let stored = K::store(Some(value));
+        let holds = |at: usize| self.tree[at] == stored;
         let mut at = self.width + from;
         while !holds(at) {
             // The next subtree to the right: a left child's right sibling (a right child
@@ -382,14 +446,6 @@ impl<K: Ord + Copy> SegTree<K> {
             at = if holds(2 * at) { 2 * at } else { 2 * at + 1 };
         }
         Some(at - self.width)
-    }
-}
-
-fn min_of<K: Ord + Copy>(a: Option<K>, b: Option<K>) -> Option<K> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, None) => a,
-        (None, b) => b,
     }
 }
 
