@@ -477,6 +477,34 @@ mod tests {
         assert_eq!(index.ready(1, usize::MAX, true), Ok(0));
     }
 
+    /// Each kind of leaf gives back what it stored, sorts nothing after every value, and a
+    /// tree whose leaves were all emptied again has no minimum.
+    #[test]
+    fn every_kind_of_leaf_keeps_nothing_apart_from_its_values() {
+        fn check<K: Leaf + core::fmt::Debug>(values: [K; 2]) {
+            for value in values {
+                assert_eq!(K::load(K::store(Some(value))), Some(value));
+                assert!(K::store(Some(value)) < K::NONE);
+            }
+            assert_eq!(K::load(K::NONE), None);
+            assert_eq!(K::store(None), K::NONE);
+            let mut t = SegTree::default();
+            assert_eq!(t.min(), None);
+            t.set(3, Some(values[1]));
+            t.set(1, Some(values[0]));
+            assert_eq!(
+                (t.min(), t.first_with(values[0], 0)),
+                (Some(values[0]), Some(1))
+            );
+            t.set(1, None);
+            t.set(3, None);
+            assert_eq!(t.min(), None);
+        }
+        check::<usize>([0, 7]);
+        check::<()>([(), ()]);
+        check::<Rank>([(0, None), (2, Some(Instant::from_secs(1)))]);
+    }
+
     #[test]
     fn the_tree_finds_the_first_minimum_from_an_offset_wrapping_around() {
         let mut t = SegTree::default();
