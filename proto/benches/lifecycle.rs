@@ -252,20 +252,14 @@ fn trace_only(requests: usize) -> ! {
     std::process::exit(0)
 }
 
-/// Whether to run the size `n`: `LIFECYCLE_SIZE=1000` (say) runs that size of each group
-/// alone, for a profiler.
-fn chosen(n: usize) -> bool {
-    let only = std::env::var("LIFECYCLE_SIZE").ok();
-    only.and_then(|v| v.parse::<usize>().ok())
-        .is_none_or(|only| only == n)
-}
-
-/// Whether to run the variant `name` of a group that has several: `LIFECYCLE_VARIANT=scattered`
-/// (say) runs that one alone, for a profiler.
-fn chosen_variant(name: &str) -> bool {
-    let only = std::env::var("LIFECYCLE_VARIANT").ok();
+/// Whether to run the case `case` of the kind the environment variable `var` picks, for a
+/// profiler: `LIFECYCLE_SIZE=1000` runs that size of each group alone,
+/// `LIFECYCLE_VARIANT=scattered` that variant of a group that has several. Unset or empty,
+/// every case runs.
+fn chosen(var: &str, case: impl ToString) -> bool {
+    let only = std::env::var(var).ok();
     only.filter(|v| !v.is_empty())
-        .is_none_or(|only| only == name)
+        .is_none_or(|only| only == case.to_string())
 }
 
 fn lifecycle(c: &mut Criterion) {
@@ -277,7 +271,7 @@ fn lifecycle(c: &mut Criterion) {
     }
     let mut group = c.benchmark_group("request_lifecycle");
     for pending in [0usize, 1_000, 100_000] {
-        if !chosen(pending) {
+        if !chosen("LIFECYCLE_SIZE", pending) {
             continue;
         }
         let (mut pool, node, _, now) = busy_pool(pending);
@@ -429,7 +423,7 @@ fn pipeline(c: &mut Criterion) {
 fn pipeline_group(c: &mut Criterion, name: &str, step: impl Fn(&mut Pipeline) + Copy) {
     let mut group = c.benchmark_group(name);
     for window in [64usize, 1_000] {
-        if !chosen(window) {
+        if !chosen("LIFECYCLE_SIZE", window) {
             continue;
         }
         let mut keepwire = Pipeline::new(window);
@@ -458,7 +452,7 @@ fn pipeline_group(c: &mut Criterion, name: &str, step: impl Fn(&mut Pipeline) + 
 fn routed(c: &mut Criterion) {
     let mut group = c.benchmark_group("routed");
     for nodes in [1usize, 8, 16, 64] {
-        if !chosen(nodes) {
+        if !chosen("LIFECYCLE_SIZE", nodes) {
             continue;
         }
         let (mut pool, now) = routed_pool(nodes);
@@ -528,11 +522,11 @@ fn round(c: &mut Criterion) {
     // `scattered`: as a router that picks connections by load submits, so the write timers of
     // one instant are armed out of node order.
     for connections in [8usize, 64] {
-        if !chosen(connections) {
+        if !chosen("LIFECYCLE_SIZE", connections) {
             continue;
         }
         for (name, shuffled) in [("keepwire", false), ("scattered", true)] {
-            if !chosen_variant(name) {
+            if !chosen("LIFECYCLE_VARIANT", name) {
                 continue;
             }
             let (mut pool, nodes, now) = ready_pool(connections);
