@@ -256,7 +256,7 @@ fn trace_only(requests: usize) -> ! {
 /// profiler: `LIFECYCLE_SIZE=1000` runs that size of each group alone,
 /// `LIFECYCLE_VARIANT=scattered` that variant of a group that has several. Unset or empty,
 /// every case runs.
-fn chosen(var: &str, case: impl ToString) -> bool {
+fn chosen(var: &str, case: &dyn std::fmt::Display) -> bool {
     let only = std::env::var(var).ok();
     only.filter(|v| !v.is_empty())
         .is_none_or(|only| only == case.to_string())
@@ -271,7 +271,7 @@ fn lifecycle(c: &mut Criterion) {
     }
     let mut group = c.benchmark_group("request_lifecycle");
     for pending in [0usize, 1_000, 100_000] {
-        if !chosen("LIFECYCLE_SIZE", pending) {
+        if !chosen("LIFECYCLE_SIZE", &pending) {
             continue;
         }
         let (mut pool, node, _, now) = busy_pool(pending);
@@ -423,7 +423,7 @@ fn pipeline(c: &mut Criterion) {
 fn pipeline_group(c: &mut Criterion, name: &str, step: impl Fn(&mut Pipeline) + Copy) {
     let mut group = c.benchmark_group(name);
     for window in [64usize, 1_000] {
-        if !chosen("LIFECYCLE_SIZE", window) {
+        if !chosen("LIFECYCLE_SIZE", &window) {
             continue;
         }
         let mut keepwire = Pipeline::new(window);
@@ -452,7 +452,7 @@ fn pipeline_group(c: &mut Criterion, name: &str, step: impl Fn(&mut Pipeline) + 
 fn routed(c: &mut Criterion) {
     let mut group = c.benchmark_group("routed");
     for nodes in [1usize, 8, 16, 64] {
-        if !chosen("LIFECYCLE_SIZE", nodes) {
+        if !chosen("LIFECYCLE_SIZE", &nodes) {
             continue;
         }
         let (mut pool, now) = routed_pool(nodes);
@@ -522,11 +522,11 @@ fn round(c: &mut Criterion) {
     // `scattered`: as a router that picks connections by load submits, so the write timers of
     // one instant are armed out of node order.
     for connections in [8usize, 64] {
-        if !chosen("LIFECYCLE_SIZE", connections) {
+        if !chosen("LIFECYCLE_SIZE", &connections) {
             continue;
         }
         for (name, shuffled) in [("keepwire", false), ("scattered", true)] {
-            if !chosen("LIFECYCLE_VARIANT", name) {
+            if !chosen("LIFECYCLE_VARIANT", &name) {
                 continue;
             }
             let (mut pool, nodes, now) = ready_pool(connections);
