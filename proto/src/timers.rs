@@ -543,7 +543,7 @@ impl TimerHeap {
     }
 
     /// The earliest entry, without taking it out. The pool takes due entries with
-    /// [`Self::pop`] alone, which costs no scan of the write lane.
+    /// [`Self::pop_due`] alone, which costs no scan of the write lane.
     pub(crate) fn peek(&self) -> Option<(Instant, TimerKey)> {
         self.earliest().map(|(_, entry)| entry)
     }
@@ -590,6 +590,15 @@ impl TimerHeap {
         self.write_lane
             .front()
             .is_some_and(|&(first, _)| Some(first) == self.first_instant())
+    }
+
+    /// Takes the earliest entry out if it is due at `now`. Its instant is looked at first:
+    /// [`Self::peek`] would scan an unsorted write lane, which [`Self::pop`] sorts instead.
+    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(Instant, TimerKey)> {
+        if self.next_instant()? > now {
+            return None;
+        }
+        self.pop()
     }
 
     /// Takes the earliest entry out. An unsorted write lane that may hold it (its front is

@@ -267,17 +267,7 @@ impl Pool {
     /// gives the same events.
     pub fn handle_timeout(&mut self, now: Instant) {
         let now = self.clock.advance(now);
-        // The instant first, then the entry off the index: `TimerHeap::peek` would scan an
-        // unsorted write lane, which `pop` sorts instead.
-        while self
-            .shared
-            .timers
-            .next_instant()
-            .is_some_and(|at| at <= now)
-        {
-            let Some((at, key)) = self.shared.timers.pop() else {
-                break;
-            };
+        while let Some((at, key)) = self.shared.timers.pop_due(now) {
             debug_assert!(
                 self.timer_valid(at, key),
                 "stale timer entry {key:?} at {at:?}"
