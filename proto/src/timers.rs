@@ -157,8 +157,9 @@ pub(crate) enum TimerKey {
 /// armed, which is key order (node, then timer) unless a round armed them out of node order:
 /// the lane is then marked unsorted. Sorted, its front is its least entry in key order.
 /// Marked unsorted, [`Self::pop`] sorts it in key order before taking an entry at its front's
-/// instant (an O(n log n) cost, once, that a firing write timeout pays, which closes its
-/// connection), and [`Self::peek`] finds its least entry at its front's instant by a scan.
+/// instant (an O(n log n) cost, once, that a firing timer pays: a write timeout, which closes
+/// its connection, or another timer due at that instant), and [`Self::peek`] finds its least
+/// entry at its front's instant by a scan.
 /// Either way its least entry is compared with the node heap's top and the fresh entry in key
 /// order: the three give exactly what one node heap gave.
 ///
