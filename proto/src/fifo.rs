@@ -65,7 +65,7 @@ impl<T> Fifo<T> {
 
     #[inline]
     pub(crate) fn push_back(&mut self, item: T) {
-        self.items.push(item);
+        crate::hint::push(&mut self.items, item);
     }
 
     #[inline]
@@ -167,6 +167,7 @@ impl<T> Queue<T> {
             let item = fifo.items.pop()?;
             fifo.start = 0;
             if !fifo.items.is_empty() {
+                crate::hint::cold_path();
                 fifo.items.clear();
             }
             return item;

@@ -22,6 +22,7 @@ mod display;
 mod endpoint;
 mod event;
 mod fifo;
+mod hint;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 mod ids;

@@ -180,7 +180,7 @@ impl Frames {
 
     #[inline]
     fn push_back(&mut self, frame: Frame) {
-        self.items.push(frame);
+        crate::hint::push(&mut self.items, frame);
     }
 
     /// The frame `index` places behind the front.
@@ -236,6 +236,7 @@ impl Frames {
         let frame = self.items.pop().expect("the lone frame");
         if self.start != 0 {
             // The places of frames taken off before it (their bytes freed already).
+            crate::hint::cold_path();
             self.items.clear();
             self.start = 0;
         }
@@ -318,7 +319,9 @@ impl Outbound {
         self.pending.add(frame.cost);
         self.frames.push_back(frame);
         self.live += 1;
-        if self.writable && self.pending.get() > high {
+        // `&`, not `&&`: no jump for the usual answer, a writable queue under its mark.
+        if self.writable & (self.pending.get() > high) {
+            crate::hint::cold_path();
             self.writable = false;
             return (seq, Some(Flip::BecameUnwritable));
         }
@@ -605,7 +608,8 @@ impl Outbound {
     }
 
     fn check_writable(&mut self, low: u64) -> Option<Flip> {
-        if !self.writable && self.pending.get() < low {
+        if !self.writable & (self.pending.get() < low) {
+            crate::hint::cold_path();
             self.writable = true;
             return Some(Flip::BecameWritable);
         }

@@ -130,6 +130,7 @@ impl Requests {
             entry.key ^= FREED;
             return RequestId(entry.key);
         }
+        crate::hint::cold_path(); // a new slot: only while the table grows
         let id = RequestId::new(self.slots.len() as u32, 0);
         self.slots.push(Slot { key: id.0, request });
         id
@@ -164,7 +165,7 @@ impl Requests {
         let slot = &mut self.slots[id.slot()];
         debug_assert_eq!(slot.key, id.0, "{id:?} is not live");
         slot.key = Self::freed_key(id);
-        self.free.push(id.slot() as u32);
+        crate::hint::push(&mut self.free, id.slot() as u32);
     }
 
     /// The key of the slot of `id` once freed: the next id of the slot (a new generation),

@@ -457,7 +457,12 @@ impl Node {
         self.timers.set(timer, at);
         let (timers, node) = (&mut sink.pool.timers, self.id);
         match armed {
-            Some(_) => timers.schedule_node(at, node, timer),
+            Some(_) => {
+                if inline {
+                    crate::hint::cold_path(); // a re-arm where a stopped timer is usual
+                }
+                timers.schedule_node(at, node, timer);
+            }
             // Stopped in the node's table, so the index holds no entry for it to move (the
             // write timer, armed by a request on an idle connection, is the usual case).
             None if inline => timers.schedule_stopped_node_inline(at, node, timer),

@@ -414,11 +414,13 @@ impl Pool {
         out.clear();
         while let Some(conn) = self.shared.transmit.pop_front() {
             let handed = self.hand_out(conn, max_bytes, |bytes, written| {
-                out.push(if written == 0 {
+                let rest = if written == 0 {
                     bytes.clone()
                 } else {
+                    crate::hint::cold_path(); // the rest of a frame written in part
                     bytes.slice(written..)
-                });
+                };
+                crate::hint::push(out, rest);
             });
             if handed {
                 return Some(conn);

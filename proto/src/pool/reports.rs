@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use super::Pool;
 use crate::event::{CloseReason, Failure, HandleError, HandshakeFailure, NodeState, Violation};
+use crate::hint::cold_path;
 use crate::ids::{ConnId, RequestId};
 use crate::time::Instant;
 use crate::timers::TimerKey;
@@ -126,10 +127,13 @@ impl Pool {
         conn: ConnId,
         n: usize,
     ) -> Result<(), HandleError> {
-        let node = self.node(conn.node).map_err(|_| HandleError::StaleConn)?;
-        if !node.is_current(conn) {
-            return Err(HandleError::StaleConn);
-        }
+        let node = match self.node(conn.node) {
+            Ok(node) if node.is_current(conn) => node,
+            _ => {
+                cold_path();
+                return Err(HandleError::StaleConn);
+            }
+        };
         match node.state() {
             // The usual case: a report on a ready connection leaves the census as it is.
             NodeState::Ready => {

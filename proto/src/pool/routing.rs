@@ -7,6 +7,7 @@ use bytes::Bytes;
 
 use super::{Pool, Target};
 use crate::event::{CloseReason, Event, HandleError, NodeState, Sent, SubmitError, Unavailable};
+use crate::hint::cold_path;
 use crate::ids::{ConnId, NodeId};
 use crate::node::{Census, Node, Retry, Sink};
 use crate::select::{Placement, SelectIndex, Selection};
@@ -197,6 +198,7 @@ impl Pool {
             n.is_current(conn) && n.state() == NodeState::Ready && n.admission.quarantine.is_none()
         });
         if !is_usual {
+            cold_path();
             return self.report(now, conn, NodeState::is_established, |n, sink| {
                 other(n, sink, payload)
             });
@@ -267,11 +269,10 @@ impl Pool {
         id: NodeId,
         f: impl FnOnce(&mut Node, &mut Sink<'_>) -> R,
     ) -> Result<R, HandleError> {
-        let node = self
-            .nodes
-            .get_mut(id.index())
-            .and_then(|s| s.node.as_mut())
-            .ok_or(HandleError::StaleNode)?;
+        let Some(node) = self.nodes.get_mut(id.index()).and_then(|s| s.node.as_mut()) else {
+            cold_path();
+            return Err(HandleError::StaleNode);
+        };
         debug_assert_eq!(node.id(), id, "the caller checked the node's generation");
         let mut sink = Sink {
             now,
@@ -458,26 +459,35 @@ impl Pool {
         len: usize,
     ) -> Result<(NodeId, u64), SubmitError> {
         if self.shared.shut_down {
+            cold_path();
             return Err(SubmitError::NodeUnavailable(Unavailable::Shutdown));
         }
         if deadline < now {
+            cold_path();
             return Err(SubmitError::DeadlinePassed);
         }
         let (node, n) = match target {
             Target::Node(id) => {
-                let n = self.node(id).map_err(|_| SubmitError::StaleHandle)?;
+                let Ok(n) = self.node(id) else {
+                    cold_path();
+                    return Err(SubmitError::StaleHandle);
+                };
                 let a = n.admission;
                 if !a.enabled {
+                    cold_path();
                     return Err(SubmitError::NodeUnavailable(Unavailable::Disabled));
                 }
                 if let Some(last) = n.final_failure(now) {
+                    cold_path();
                     let reason = Unavailable::Failed(last.reason);
                     return Err(SubmitError::NodeUnavailable(reason));
                 }
                 if a.quarantine.is_some() && !self.shared.panic {
+                    cold_path();
                     return Err(SubmitError::NodeUnavailable(Unavailable::Quarantined));
                 }
                 if now < a.throttled_until {
+                    cold_path();
                     let until = a.throttled_until;
                     return Err(SubmitError::NodeUnavailable(Unavailable::Throttled {
                         until,
@@ -528,13 +538,16 @@ impl Pool {
     /// cap, and within the memory budget (and the byte count's range).
     pub(super) fn room(&self, n: &Node, cost: u64) -> Result<(), SubmitError> {
         if !n.outbound.is_writable() {
+            cold_path();
             return Err(SubmitError::NotWritable);
         }
         if n.requests() >= self.config.max_in_flight as usize {
+            cold_path();
             return Err(SubmitError::InFlightLimit);
         }
         let overflows = cost == u64::MAX || !self.shared.total_pending.fits(cost);
         if overflows || self.over_budget(n, cost) {
+            cold_path();
             return Err(SubmitError::MemoryBudget);
         }
         Ok(())

@@ -1,0 +1,40 @@
+//! Layout hints for the request path: which side of a branch is the unusual one.
+//!
+//! The compiler lays out the side of a branch it thinks likelier as the straight path, and
+//! the other behind a taken jump. Without a hint it often guesses wrong on the request path
+//! (an error return, a slab's growth, a writability flip laid out inline, the usual case
+//! jumped to), and each taken jump costs the core a fetch. A profile-guided build of the
+//! lifecycle bench showed what that costs: 41 taken conditional jumps per lifecycle where
+//! it had 4, and 6 % of its time (BENCHMARKS.md, "The unusual paths marked cold").
+//!
+//! Only branches whose side is unusual for every user are marked: errors and stale handles,
+//! a buffer's growth or reset, a writability flip, a partial write resumed. Not those whose
+//! likelier side depends on the workload (an empty queue, a node already listed).
+
+use alloc::vec::Vec;
+
+/// Marks the path that calls it as the unusual one, which the compiler then lays out of the
+/// way of the usual one. Costs nothing where it is called: a call of a `#[cold]` function
+/// makes its block cold, and this one is inlined into nothing. (`core::hint::cold_path`
+/// does the same from Rust 1.95; the workspace supports 1.85.)
+#[cold]
+#[inline(always)]
+pub(crate) fn cold_path() {}
+
+/// `items.push(item)` with the buffer's growth marked unusual: the standard library's
+/// `Vec::push` leaves its growth inline as the straight path, and its usual store behind a
+/// taken jump.
+#[inline(always)]
+pub(crate) fn push<T>(items: &mut Vec<T>, item: T) {
+    if items.len() == items.capacity() {
+        grow(items);
+    }
+    items.push(item);
+}
+
+/// The growth of [`push`], out of line.
+#[cold]
+#[inline(never)]
+fn grow<T>(items: &mut Vec<T>) {
+    items.reserve(1);
+}
