@@ -412,17 +412,25 @@ impl Pool {
     #[must_use]
     pub fn poll_transmit(&mut self, max_bytes: usize, out: &mut Vec<Bytes>) -> Option<ConnId> {
         out.clear();
+        // The usual case, a live connection at the front, straight through; the loop that
+        // skips the entries of connections closed since is out of line.
+        let conn = self.shared.transmit.pop_front()?;
+        if self.hand_out(conn, max_bytes, |bytes, written| take_rest(out, bytes, written)) {
+            return Some(conn);
+        }
+        self.poll_transmit_past_stale(max_bytes, out)
+    }
+
+    /// The rest of [`poll_transmit`](Self::poll_transmit), after a stale entry.
+    #[cold]
+    #[inline(never)]
+    fn poll_transmit_past_stale(
+        &mut self,
+        max_bytes: usize,
+        out: &mut Vec<Bytes>,
+    ) -> Option<ConnId> {
         while let Some(conn) = self.shared.transmit.pop_front() {
-            let handed = self.hand_out(conn, max_bytes, |bytes, written| {
-                let rest = if written == 0 {
-                    bytes.clone()
-                } else {
-                    crate::hint::cold_path(); // the rest of a frame written in part
-                    bytes.slice(written..)
-                };
-                crate::hint::push(out, rest);
-            });
-            if handed {
+            if self.hand_out(conn, max_bytes, |bytes, written| take_rest(out, bytes, written)) {
                 return Some(conn);
             }
         }
@@ -572,4 +580,16 @@ impl Pool {
     pub fn counters(&self) -> Counters {
         self.shared.counters
     }
+}
+
+/// Adds to a hand-out what is left to write of `frame`, of which `written` bytes are out.
+#[inline(always)]
+fn take_rest(out: &mut Vec<Bytes>, frame: &Bytes, written: usize) {
+    let rest = if written == 0 {
+        frame.clone()
+    } else {
+        crate::hint::cold_path(); // the rest of a frame written in part
+        frame.slice(written..)
+    };
+    crate::hint::push(out, rest);
 }
