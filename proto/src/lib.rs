@@ -22,9 +22,9 @@ mod display;
 mod endpoint;
 mod event;
 mod fifo;
-mod hint;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
+mod hint;
 mod ids;
 mod node;
 mod outbound;

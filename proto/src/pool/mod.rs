@@ -415,26 +415,12 @@ impl Pool {
         // The usual case, a live connection at the front, straight through; the loop that
         // skips the entries of connections closed since is out of line.
         let conn = self.shared.transmit.pop_front()?;
-        if self.hand_out(conn, max_bytes, |bytes, written| take_rest(out, bytes, written)) {
+        if self.hand_out(conn, max_bytes, |bytes, written| {
+            take_rest(out, bytes, written)
+        }) {
             return Some(conn);
         }
-        self.poll_transmit_past_stale(max_bytes, out)
-    }
-
-    /// The rest of [`poll_transmit`](Self::poll_transmit), after a stale entry.
-    #[cold]
-    #[inline(never)]
-    fn poll_transmit_past_stale(
-        &mut self,
-        max_bytes: usize,
-        out: &mut Vec<Bytes>,
-    ) -> Option<ConnId> {
-        while let Some(conn) = self.shared.transmit.pop_front() {
-            if self.hand_out(conn, max_bytes, |bytes, written| take_rest(out, bytes, written)) {
-                return Some(conn);
-            }
-        }
-        None
+        self.hand_out_past_stale(max_bytes, |bytes, written| take_rest(out, bytes, written))
     }
 
     /// [`poll_transmit`](Self::poll_transmit) for an adapter that reads the frames where the
@@ -443,8 +429,26 @@ impl Pool {
     /// them with [`handle_written`](Self::handle_written) as after `poll_transmit`.
     #[must_use]
     pub fn poll_hand_out(&mut self, max_bytes: usize) -> Option<ConnId> {
+        // As `poll_transmit`: the usual case straight through, the rest out of line.
+        let conn = self.shared.transmit.pop_front()?;
+        if self.hand_out(conn, max_bytes, |_, _| {}) {
+            return Some(conn);
+        }
+        self.hand_out_past_stale(max_bytes, |_, _| {})
+    }
+
+    /// The rest of [`poll_transmit`](Self::poll_transmit) and
+    /// [`poll_hand_out`](Self::poll_hand_out) after a stale entry at the transmit queue's
+    /// front: the first connection after it with bytes to hand out, handed out to `take`.
+    #[cold]
+    #[inline(never)]
+    fn hand_out_past_stale(
+        &mut self,
+        max_bytes: usize,
+        mut take: impl FnMut(&Bytes, usize),
+    ) -> Option<ConnId> {
         while let Some(conn) = self.shared.transmit.pop_front() {
-            if self.hand_out(conn, max_bytes, |_, _| {}) {
+            if self.hand_out(conn, max_bytes, &mut take) {
                 return Some(conn);
             }
         }

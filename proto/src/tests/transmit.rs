@@ -544,6 +544,36 @@ fn a_hand_out_read_in_place_stays_the_same_until_its_report() {
 }
 
 #[test]
+fn a_hand_out_skips_the_transmit_entry_of_a_connection_closed_since() {
+    // Both ways of handing out: the first connection in the transmit queue closed after its
+    // frame was queued, so its entry is stale and the next connection's frames go out.
+    for in_place in [false, true] {
+        let mut h = Harness::new(exact());
+        let (a, b) = (h.add(), h.add());
+        let (stale, live) = (h.ready(a), h.ready(b));
+        submit_len(&mut h, a, 10);
+        submit_len(&mut h, b, 20);
+        h.pool
+            .handle_closed(h.now, stale, crate::Failure::Reset)
+            .unwrap();
+        h.collect();
+        let mut out = Vec::new();
+        let handed = if in_place {
+            h.pool.poll_hand_out(1 << 16)
+        } else {
+            h.pool.poll_transmit(1 << 16, &mut out)
+        };
+        assert_eq!(handed, Some(live), "in place: {in_place}");
+        let frames = read_hand_out(&h, live).expect("the live connection's hand-out");
+        assert_eq!(frames[0].len(), 20, "its own frame first");
+        if !in_place {
+            let taken: Vec<Vec<u8>> = out.iter().map(|b| b.to_vec()).collect();
+            assert_eq!(taken, frames, "the same frames as read in place");
+        }
+    }
+}
+
+#[test]
 fn no_hand_out_is_read_for_a_connection_without_one() {
     let mut h = Harness::new(exact());
     let node = h.add();
