@@ -206,6 +206,9 @@ impl Requests {
         match links.prev {
             NIL => list.head = links.next,
             prev => {
+                // Not the oldest: answered out of order, the unusual case in either kind of
+                // protocol.
+                crate::hint::cold_path();
                 if let Some(p) = self.links_mut(prev) {
                     p.next = links.next;
                 }

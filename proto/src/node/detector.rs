@@ -94,6 +94,7 @@ impl Node {
 
     /// The rest of [`Node::readmit`], for a quarantined node, taking the sink's parts (see
     /// [`Sink`]).
+    #[cold]
     #[inline(never)]
     fn lift_quarantine(
         &mut self,

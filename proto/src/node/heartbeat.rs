@@ -100,7 +100,9 @@ impl Node {
 
     /// The ping's response arrived: consumed, and the connection's idle clock restarts. An
     /// answer proves the connection works, so the consecutive connection failures reset.
-    /// Out of line, taking the sink's parts (see [`Sink`]).
+    /// Out of line, taking the sink's parts (see [`Sink`]); `#[cold]`, as heartbeats are
+    /// rare beside requests.
+    #[cold]
     #[inline(never)]
     pub(super) fn heartbeat_answered(
         &mut self,
