@@ -167,6 +167,7 @@ impl<T> Queue<T> {
             let item = fifo.items.pop()?;
             fifo.start = 0;
             if !fifo.items.is_empty() {
+                // The places of items read before it: once per batch of two or more.
                 crate::hint::cold_path();
                 fifo.items.clear();
             }
