@@ -147,18 +147,22 @@ impl<K: HeapKey> Lane<K> {
 
     /// Drops the dead entries, renumbering the live ones from the head.
     fn compact(&mut self, cells: &mut [u64]) {
-        let head = self.head;
-        self.entries.retain(still_placed(cells, IN_LANE, head));
-        renumber(self.entries.iter(), cells, IN_LANE, head);
+        self.drop_dead(cells);
+        renumber(self.entries.iter(), cells, IN_LANE, self.head);
     }
 
     /// Drops the dead entries and sorts the live ones in key order (instant, then key),
     /// renumbering them from the head: for a lane sorted by instant alone, whose entries of
     /// one instant must come out in key order.
     pub(super) fn sort(&mut self, cells: &mut [u64]) {
-        self.compact(cells);
+        self.drop_dead(cells);
         self.entries.sort_unstable();
         renumber(self.entries.iter(), cells, IN_LANE, self.head);
+    }
+
+    /// Drops the dead entries; the live ones' cells still name their old places.
+    fn drop_dead(&mut self, cells: &[u64]) {
+        self.entries.retain(still_placed(cells, IN_LANE, self.head));
     }
 
     /// The least live entry in key order among those at the front's instant (the least of the
