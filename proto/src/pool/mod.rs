@@ -413,7 +413,9 @@ impl Pool {
     pub fn poll_transmit(&mut self, max_bytes: usize, out: &mut Vec<Bytes>) -> Option<ConnId> {
         out.clear();
         // The usual case, a live connection at the front, straight through; the loop that
-        // skips the entries of connections closed since is out of line.
+        // skips the entries of connections closed since is out of line. Each takes a closure
+        // of its own: one shared as `&mut F` was called, not inlined (853 → 862
+        // instructions per lifecycle).
         let conn = self.shared.transmit.pop_front()?;
         if self.hand_out(conn, max_bytes, |bytes, written| {
             take_rest(out, bytes, written)
