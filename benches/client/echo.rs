@@ -17,9 +17,17 @@ pub(super) fn start_echo_server() -> io::Result<SocketAddr> {
     thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { continue };
-            thread::spawn(move || {
-                let _ = serve(stream);
-            });
+            // Named, so that a trace tells its writes from the client's
+            // (`scripts/colocation.sh`).
+            let spawned = thread::Builder::new()
+                .name("echo".to_owned())
+                .spawn(move || {
+                    let _ = serve(stream);
+                });
+            if spawned.is_err() {
+                // Out of threads: the connection closes, and the client's run fails loudly.
+                continue;
+            }
         }
     });
     Ok(addr)

@@ -33,10 +33,15 @@
 //!
 //! `latency=1` adds a table of the 1-in-flight cells' round trips per client (mean, p10, p50,
 //! p90, p99; medians over rounds): whether a gap in the rate is a shift of every request or a
-//! tail of slow ones.
+//! tail of slow ones. Its last three columns split the round trips at `split=` microseconds
+//! (20 unless given): the share under it, and the median of each side. On a machine whose
+//! idle vCPUs halt a round trip takes one of two times, set by whether the client's thread
+//! and the echo server's shared a vCPU (BENCHMARKS.md, "Two round-trip times at one in flight,
+//! and what sets each"): the share is the run's luck, and the median under the split is the
+//! client's own speed.
 //!
 //! Arguments (after `--`) pick a part: `rt=ct,mt,smol size=64,16384 inflight=1,64
-//! clients=A,B,C rounds=5 ms=400 idle=0 latency=0`. The same keys are read from
+//! clients=A,B,C rounds=5 ms=400 idle=0 latency=0 split=20`. The same keys are read from
 //! `KEEPWIRE_BENCH_<KEY>` (e.g. `KEEPWIRE_BENCH_ROUNDS=9`).
 #![allow(missing_docs)]
 #![allow(unsafe_code)] // the counting allocator and getrusage (the two support modules), and nothing else
@@ -104,6 +109,8 @@ struct Cell {
     flavour: Flavour,
     payload: usize,
     in_flight: usize,
+    /// Where the latency table splits the round trips in two.
+    split: Duration,
 }
 
 /// What one run of one client measured.
@@ -126,26 +133,48 @@ struct Latency {
     p50: Duration,
     p90: Duration,
     p99: Duration,
+    /// The share of round trips under the cell's split.
+    under: f64,
+    /// The median of those under the split, and of the rest (`None` for a side with none).
+    under_median: Option<Duration>,
+    over_median: Option<Duration>,
 }
 
 impl Latency {
     /// Of nanoseconds, sorted.
-    fn of(sorted: &[u64]) -> Option<Self> {
+    fn of(sorted: &[u64], split: Duration) -> Option<Self> {
         let total: u64 = sorted.iter().sum();
         let mean = total.checked_div(sorted.len() as u64)?;
         let at = |percent: usize| Duration::from_nanos(sorted[sorted.len() * percent / 100]);
+        let split = u64::try_from(split.as_nanos()).unwrap_or(u64::MAX);
+        let (under, over) = sorted.split_at(sorted.partition_point(|&l| l < split));
+        let median = |side: &[u64]| side.get(side.len() / 2).map(|&l| Duration::from_nanos(l));
         Some(Self {
             mean: Duration::from_nanos(mean),
             p10: at(10),
             p50: at(50),
             p90: at(90),
             p99: at(99),
+            under: under.len() as f64 / sorted.len() as f64,
+            under_median: median(under),
+            over_median: median(over),
         })
     }
 
-    /// In the table's order.
-    fn columns(&self) -> [Duration; 5] {
-        [self.mean, self.p10, self.p50, self.p90, self.p99]
+    /// The columns in microseconds, in the table's order (`None` for a side with no round
+    /// trip).
+    fn columns(&self) -> [Option<f64>; 8] {
+        let micros = |d: Duration| d.as_secs_f64() * 1e6;
+        [
+            Some(micros(self.mean)),
+            Some(micros(self.p10)),
+            Some(micros(self.p50)),
+            Some(micros(self.p90)),
+            Some(micros(self.p99)),
+            Some(self.under * 100.0),
+            self.under_median.map(micros),
+            self.over_median.map(micros),
+        ]
     }
 }
 
@@ -159,6 +188,8 @@ struct Options {
     idle: usize,
     /// `latency=1`: a second table of the 1-in-flight cells' round trips.
     latency: bool,
+    /// `split=`: where that table splits them.
+    split: Duration,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -191,6 +222,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     flavour,
                     payload,
                     in_flight,
+                    split: options.split,
                 };
                 let kinds = &options.kinds;
                 let mut runs: Vec<Vec<Run>> = vec![Vec::new(); kinds.len()];
@@ -235,8 +267,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if !latency_lines.is_empty() {
         println!();
-        println!("| runtime | payload | client | mean | p10 | p50 | p90 | p99 |");
-        println!("|---|---:|---|---:|---:|---:|---:|---:|");
+        let split = options.split.as_micros();
+        println!(
+            "| runtime | payload | client | mean | p10 | p50 | p90 | p99 | under {split} µs | median under | median over |"
+        );
+        println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         for line in latency_lines {
             println!("{line}");
         }
@@ -250,16 +285,17 @@ fn latency_summary(cell: Cell, kinds: &[Kind], runs: &[Vec<Run>]) -> Vec<String>
         .iter()
         .zip(runs)
         .map(|(kind, runs)| {
-            let cells = (0..5).map(|column| {
+            let cells = (0..8).map(|column| {
                 let mut values: Vec<f64> = runs
                     .iter()
                     .filter_map(|r| r.latency.as_ref())
-                    .map(|l| l.columns()[column].as_secs_f64() * 1e6)
+                    .filter_map(|l| l.columns()[column])
                     .collect();
+                let unit = if column == 5 { "%" } else { " µs" };
                 if values.is_empty() {
                     " — |".to_owned()
                 } else {
-                    format!(" {:.2} µs |", median_of(&mut values))
+                    format!(" {:.2}{unit} |", median_of(&mut values))
                 }
             });
             format!(
@@ -363,7 +399,7 @@ fn load_average() -> String {
 fn options() -> Result<Options, String> {
     let mut given: HashMap<String, String> = HashMap::new();
     for key in [
-        "rt", "size", "inflight", "clients", "rounds", "ms", "idle", "latency",
+        "rt", "size", "inflight", "clients", "rounds", "ms", "idle", "latency", "split",
     ] {
         if let Ok(value) = std::env::var(format!("KEEPWIRE_BENCH_{}", key.to_uppercase())) {
             given.insert(key.to_owned(), value);
@@ -422,6 +458,7 @@ fn options() -> Result<Options, String> {
         phase: Duration::from_millis(number(&list("ms", "400")[0])? as u64),
         idle: number(&list("idle", "0")[0])?,
         latency: number(&list("latency", "0")[0])? != 0,
+        split: Duration::from_micros(number(&list("split", "20")[0])? as u64),
     })
 }
 
@@ -492,7 +529,7 @@ async fn measure(caller: &impl Caller, exec: &impl Exec, cell: Cell, phase: Dura
         rate: done as f64 / elapsed.as_secs_f64(),
         allocations: allocations as f64 / done.max(1) as f64,
         cpu: cpu / u32::try_from(done.max(1)).unwrap_or(u32::MAX),
-        latency: Latency::of(&latencies),
+        latency: Latency::of(&latencies, cell.split),
     }
 }
 
