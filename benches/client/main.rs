@@ -38,7 +38,8 @@
 //! idle vCPUs halt a round trip takes one of two times, set by whether the client's thread
 //! and the echo server's shared a vCPU (BENCHMARKS.md, "Two round-trip times at one in flight,
 //! and what sets each"): the share is the run's luck, and the median under the split is the
-//! client's own speed.
+//! client's own speed. The last column counts the rounds in which A's share was below and
+//! above each other client's.
 //!
 //! Arguments (after `--`) pick a part: `rt=ct,mt,smol size=64,16384 inflight=1,64
 //! clients=A,B,C rounds=5 ms=400 idle=0 latency=0 split=20`. The same keys are read from
@@ -269,9 +270,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!();
         let split = options.split.as_micros();
         println!(
-            "| runtime | payload | client | mean | p10 | p50 | p90 | p99 | under {split} µs | median under | median over |"
+            "| runtime | payload | client | mean | p10 | p50 | p90 | p99 | under {split} µs | median under | median over | rounds A's share under is below / above |"
         );
-        println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for line in latency_lines {
             println!("{line}");
         }
@@ -279,12 +280,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Rows of the latency table for a 1-in-flight cell, one per client: medians over rounds.
+/// Rows of the latency table for a 1-in-flight cell, one per client: medians over rounds, and
+/// in how many rounds A's share under the split was below and above this client's (a share
+/// moves so much from round to round that only a count over many rounds tells a client that
+/// gets fewer fast round trips from one that drew worse rounds).
 fn latency_summary(cell: Cell, kinds: &[Kind], runs: &[Vec<Run>]) -> Vec<String> {
+    let share = |run: &Run| run.latency.map(|l| l.under);
+    let a = kinds.iter().position(|k| *k == Kind::A).map(|i| &runs[i]);
     kinds
         .iter()
         .zip(runs)
         .map(|(kind, runs)| {
+            let against_a = match a {
+                Some(a) if *kind != Kind::A => {
+                    let pairs = a
+                        .iter()
+                        .zip(runs)
+                        .filter_map(|(a, r)| share(a).zip(share(r)));
+                    let (below, above) = pairs.fold((0, 0), |(below, above), (a, r)| {
+                        (below + usize::from(a < r), above + usize::from(a > r))
+                    });
+                    format!(" {below} / {above} |")
+                }
+                _ => " — |".to_owned(),
+            };
             let cells = (0..8).map(|column| {
                 let mut values: Vec<f64> = runs
                     .iter()
@@ -299,7 +318,7 @@ fn latency_summary(cell: Cell, kinds: &[Kind], runs: &[Vec<Run>]) -> Vec<String>
                 }
             });
             format!(
-                "| {} | {} | {kind:?} |{}",
+                "| {} | {} | {kind:?} |{}{against_a}",
                 cell.flavour.name(),
                 size_name(cell.payload),
                 cells.collect::<String>()
