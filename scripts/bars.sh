@@ -30,11 +30,15 @@ verdict() { # what figure limit holds(0/1)
   printf '| %s | %s | %s | %s |\n' "$1" "$2" "$3" "$status"
 }
 
-for cells in "rt=ct,mt,smol size=64 inflight=64" "rt=mt size=64 inflight=1" \
+# The one-in-flight cell also prints its latency table (`latency=1`): the rows whose third
+# column is a client, not a count of requests in flight.
+for cells in "rt=ct,mt,smol size=64 inflight=64" "rt=mt size=64 inflight=1 latency=1" \
   "rt=mt size=16384 inflight=64"; do
   # shellcheck disable=SC2086 # the cell's arguments are words
   "$bin" --bench $cells clients=A,B,C rounds="$rounds" 2>&1 | grep '^| [a-z]' |
-    grep -v '^| runtime' >> "$out/cells"
+    grep -v '^| runtime' > "$out/run"
+  awk -F'|' '$4 ~ /^ *[0-9]+ *$/' "$out/run" >> "$out/cells"
+  awk -F'|' '$4 ~ /^ *[ABC] *$/' "$out/run" >> "$out/latency"
 done
 
 echo "| bar | figure | limit | |"
@@ -99,6 +103,22 @@ verdict "selection at 10,000 nodes: the scan's time over the index's ($index ns)
   "×10" "$(awk -v r="$ratio" 'BEGIN { print (r >= 10) }')" >> "$out/table"
 
 cat "$out/table"
+# What a one-in-flight ratio was drawn from (BENCHMARKS.md, "Two round-trip times at one in
+# flight"): each client's share of fast round trips, their median (the client's own speed),
+# and the rounds in which A's share was below / above each other client's.
+sort -u "$out/latency" | awk -F'|' '
+  function trim(s) { gsub(/^ +| +$/, "", s); return s }
+  {
+    c = trim($4); share = share sep c " " trim($10); fast = fast sep c " " trim($11)
+    if (trim($13) != "—") rounds = rounds rsep c " " trim($13)
+    sep = ", "; if (trim($13) != "—") rsep = ", "
+  }
+  END {
+    if (share == "") exit
+    print ""
+    print "one in flight, the round trips under the split: share " share "; median " fast \
+      "; rounds in which A'"'"'s share is below / above: " rounds
+  }'
 if grep -q 'MISSED |$' "$out/table"; then
   exit 1
 fi
