@@ -9,6 +9,8 @@
 #   pending requests: at most 50 ns (criterion's median), no allocation;
 # - node selection (`proto/benches/selection.rs`) at 10,000 nodes: at least ×10 the linear
 #   scan of the same rule.
+# Under the table, a line on what the one-in-flight cell's ratio was drawn from: each client's
+# share of fast round trips, their median, and the rounds in which A's share was lower.
 # Wall-clock figures move with the machine's hour (BENCHMARKS.md): run it on a quiet machine,
 # and read a bar that misses by a few percent against a second run. Exits 1 if any bar
 # missed.
