@@ -33,11 +33,11 @@
 //!
 //! `latency=1` adds a table of the 1-in-flight cells' round trips per client (mean, p10, p50,
 //! p90, p99; medians over rounds): whether a gap in the rate is a shift of every request or a
-//! tail of slow ones. Its last three columns split the round trips at `split=` microseconds
-//! (20 unless given): the share under it, and the median of each side. On a machine whose
-//! idle vCPUs halt a round trip takes one of two times, set by whether the client's thread
-//! and the echo server's shared a vCPU (BENCHMARKS.md, "Two round-trip times at one in flight,
-//! and what sets each"): the share is the run's luck, and the median under the split is the
+//! tail of slow ones. Its next columns split the round trips at `split=` microseconds (20
+//! unless given): the share under it, and the median of each side. On a machine whose idle
+//! vCPUs halt a round trip takes one of two times, set by whether the client's thread and the
+//! echo server's shared a vCPU (BENCHMARKS.md, "Two round-trip times at one in flight, and
+//! what sets each"): the share is the run's luck, and the median under the split is the
 //! client's own speed. The last column counts the rounds in which A's share was below and
 //! above each other client's.
 //!
@@ -270,7 +270,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!();
         let split = options.split.as_micros();
         println!(
-            "| runtime | payload | client | mean | p10 | p50 | p90 | p99 | under {split} µs | median under | median over | rounds A's share under is below / above |"
+            "| runtime | payload | client | mean | p10 | p50 | p90 | p99 | under {split} µs | median under | median over | rounds with A's share below / above |"
         );
         println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for line in latency_lines {
