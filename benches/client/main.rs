@@ -37,8 +37,9 @@
 //! unless given): the share under it, and the median of each side. On a machine whose idle
 //! vCPUs halt a round trip takes one of two times, set by whether the client's thread and the
 //! echo server's shared a vCPU (BENCHMARKS.md, "Two round-trip times at one in flight, and
-//! what sets each"): the share is the run's luck, and the median under the split is the
-//! client's own speed. The last column counts the rounds in which A's share was below and
+//! what sets each"): the share is mostly the run's draw (a client whose thread is busier
+//! per round trip leans to a smaller one), and the median under the split is the client's
+//! own speed. The last column counts the rounds in which A's share was below and
 //! above each other client's.
 //!
 //! Arguments (after `--`) pick a part: `rt=ct,mt,smol size=64,16384 inflight=1,64
@@ -162,8 +163,11 @@ impl Latency {
         })
     }
 
-    /// The columns in microseconds, in the table's order (`None` for a side with no round
-    /// trip).
+    /// The units of [`columns`](Self::columns), in the same order.
+    const UNITS: [&'static str; 8] = [" µs", " µs", " µs", " µs", " µs", "%", " µs", " µs"];
+
+    /// The columns, in the table's order: microseconds, but for the share under the split, a
+    /// percentage (`None` for a side with no round trip).
     fn columns(&self) -> [Option<f64>; 8] {
         let micros = |d: Duration| d.as_secs_f64() * 1e6;
         [
@@ -304,13 +308,12 @@ fn latency_summary(cell: Cell, kinds: &[Kind], runs: &[Vec<Run>]) -> Vec<String>
                 }
                 _ => " — |".to_owned(),
             };
-            let cells = (0..8).map(|column| {
+            let cells = Latency::UNITS.iter().enumerate().map(|(column, unit)| {
                 let mut values: Vec<f64> = runs
                     .iter()
                     .filter_map(|r| r.latency.as_ref())
                     .filter_map(|l| l.columns()[column])
                     .collect();
-                let unit = if column == 5 { "%" } else { " µs" };
                 if values.is_empty() {
                     " — |".to_owned()
                 } else {
