@@ -111,9 +111,9 @@ cat "$out/table"
 sort -u "$out/latency" | awk -F'|' '
   function trim(s) { gsub(/^ +| +$/, "", s); return s }
   {
-    c = trim($4); share = share sep c " " trim($10); fast = fast sep c " " trim($11)
-    if (trim($13) != "—") rounds = rounds rsep c " " trim($13)
-    sep = ", "; if (trim($13) != "—") rsep = ", "
+    c = trim($4); share = share sep c " " trim($10); fast = fast sep c " " trim($11); sep = ", "
+    # The row of A itself has no count against A.
+    if ((r = trim($13)) != "—") { rounds = rounds rsep c " " r; rsep = ", " }
   }
   END {
     if (share == "") exit
