@@ -9,10 +9,12 @@
 //! 13 fewer instructions (BENCHMARKS.md, "The unusual paths marked cold";
 //! `scripts/taken-jumps.sh` counts them).
 //!
-//! Only branches whose side is unusual for every user are marked: errors and stale handles,
-//! a buffer's growth or reset, a writability flip, a partial write resumed, a quarantine
-//! lifted, an answer out of order. Not those whose likelier side depends on the workload (an
-//! empty queue, a node already listed, one request in flight or many).
+//! Only branches whose side is unusual for every user are marked: errors and stale handles
+//! (a stale transmit entry among them), a buffer's growth or reset, a new request slot, a
+//! writability flip, a partial write resumed, a timer re-armed where a stopped one is usual,
+//! a quarantine lifted, a heartbeat's answer, an answer out of order. Not those whose likelier
+//! side depends on the workload (an empty queue, a node already listed, one request in flight
+//! or many).
 
 use alloc::vec::Vec;
 
