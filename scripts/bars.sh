@@ -108,7 +108,7 @@ cat "$out/table"
 # What a one-in-flight ratio was drawn from (BENCHMARKS.md, "Two round-trip times at one in
 # flight"): each client's share of fast round trips, their median (the client's own speed),
 # and the rounds in which A's share was below / above each other client's.
-sort -u "$out/latency" | awk -F'|' '
+awk -F'|' '
   function trim(s) { gsub(/^ +| +$/, "", s); return s }
   {
     c = trim($4); share = share sep c " " trim($10); fast = fast sep c " " trim($11); sep = ", "
@@ -120,7 +120,7 @@ sort -u "$out/latency" | awk -F'|' '
     print ""
     print "one in flight, the round trips under the split: share " share "; median " fast \
       "; rounds in which A'"'"'s share is below / above: " rounds
-  }'
+  }' "$out/latency"
 if grep -q 'MISSED |$' "$out/table"; then
   exit 1
 fi

@@ -308,12 +308,13 @@ fn latency_summary(cell: Cell, kinds: &[Kind], runs: &[Vec<Run>]) -> Vec<String>
                 }
                 _ => " — |".to_owned(),
             };
+            // Each run's columns, worked out once; then each column's median over the runs.
+            let rows: Vec<_> = runs
+                .iter()
+                .filter_map(|r| r.latency.as_ref().map(Latency::columns))
+                .collect();
             let cells = Latency::UNITS.iter().enumerate().map(|(column, unit)| {
-                let mut values: Vec<f64> = runs
-                    .iter()
-                    .filter_map(|r| r.latency.as_ref())
-                    .filter_map(|l| l.columns()[column])
-                    .collect();
+                let mut values: Vec<f64> = rows.iter().filter_map(|row| row[column]).collect();
                 if values.is_empty() {
                     " — |".to_owned()
                 } else {
