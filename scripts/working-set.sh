@@ -6,9 +6,10 @@
 # 64-byte lines of data one round trip touches (the median over the round trips traced), how
 # many of them every round trip touches again (in 90 % of them: the working set a round trip
 # brings back into the core's cache after the kernel and the other thread ran), and which
-# functions touch those first. A load that waits on a line the core's first-level cache lost
-# costs about 3 ns more on this VM (BENCHMARKS.md, "What a fast round trip's extra time is
-# made of"). Deterministic: the counts do not move with the machine's hour.
+# functions touch those first. A line the core's first-level cache lost costs a round trip
+# about 3 ns on this VM, whether or not a load waits on it in a chain (BENCHMARKS.md, "What a
+# fast round trip's extra time is made of"). Deterministic: the counts do not move with the
+# machine's hour.
 #
 # Usage: scripts/working-set.sh [CLIENTS] [RUNTIME]   (default: A,C mt)
 # CLIENT_BENCH=path runs that built bench binary instead of building one. Needs valgrind.
