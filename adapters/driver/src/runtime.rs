@@ -335,7 +335,9 @@ pub trait IoStream: Send + fmt::Debug + 'static {
     ///
     /// The driver hands a connection's queued frames out in one call (a hand-out of small
     /// frames as one slice of their copies, larger frames a slice each), so a native vectored
-    /// write saves a syscall per frame. The default writes the first non-empty slice with
+    /// write saves a syscall per frame. A hand-out of one slice goes to
+    /// [`poll_write`](Self::poll_write) instead: a socket takes a plain `send` faster than a
+    /// `writev` of one slice. The default writes the first non-empty slice with
     /// [`poll_write`](Self::poll_write), as `std::io::Write::write_vectored` does: correct,
     /// but one syscall per frame. Every runtime crate of keepwire overrides it.
     fn poll_write_vectored(

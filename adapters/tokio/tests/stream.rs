@@ -30,7 +30,7 @@ async fn a_read_into_a_buffer_stops_at_its_room() {
 
 /// The stream says how much it wrote, and it is what the peer reads: 5 bytes into an empty
 /// socket buffer, plain and vectored, take all 5 each (what the handshake hooks write
-/// through; the driver's own writes are vectored).
+/// through, and the driver's writes of one slice; its writes of several are vectored).
 #[tokio::test]
 async fn writes_report_what_reached_the_peer() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
