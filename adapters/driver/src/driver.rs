@@ -470,9 +470,9 @@ impl Driver {
         }
     }
 
-    /// Out of line: inlined, its locals (a connection's setup, its close) made the frame of
-    /// [`settle_output`](Self::settle_output) 2 KiB, which every request's outcome runs
-    /// through, and spread that path over 12 more lines of stack than it now touches
+    /// Out of line. Inlined into [`settle_output`](Self::settle_output), which every
+    /// request's outcome runs through, its locals (a connection's setup, its close) made that
+    /// frame 2 KiB and spread the outcome's path over 12 more lines of stack
     /// (`scripts/working-set.sh`). A request's own path performs no action.
     #[inline(never)]
     fn perform(&mut self, now: Instant, action: &Action) {

@@ -249,11 +249,10 @@ impl Driver {
     }
 
     /// One write of the frames handed out for `conn`, vectored if they take several slices
-    /// (`again`: of the hand-out its
-    /// stream holds part of), reported to the pool unless the stream still holds some of it.
-    /// The frames are read where the pool keeps them: a stream that holds part of them is
-    /// offered the same bytes again, since the pool changes nothing of a hand-out before its
-    /// report.
+    /// (`again`: of the hand-out its stream holds part of), reported to the pool unless the
+    /// stream still holds some of it. The frames are read where the pool keeps them: a stream
+    /// that holds part of them is offered the same bytes again, since the pool changes nothing
+    /// of a hand-out before its report.
     fn write(&mut self, cx: &mut Context<'_>, conn: ConnId, again: bool) {
         self.telemetry.touched(conn.node());
         let (Some(Conn::Open(open)), Some(frames)) =
@@ -281,7 +280,7 @@ impl Driver {
         // does, then returns the error), and one that holds bytes has sent some of them.
         let plain = self.hook.is_none() && open.stream.held() == 0;
         // One slice (a lone request, or small frames copied together) goes out with a plain
-        // write: on a socket a `send`, which the kernel takes 90–150 ns faster than a
+        // write: on a socket a `send`, which the kernel takes 95–150 ns faster than a
         // `writev` of the same slice (`scripts/writev_cost.rs`).
         let written = match &slices[..] {
             [one] => open.stream.poll_write(cx, one),
