@@ -41,12 +41,16 @@ impl IoStream for Async<TcpStream> {
         Pin::new(self).poll_write(cx, buf)
     }
 
+    /// A lone slice with a plain write (`send`), several with `writev`.
     fn poll_write_vectored(
         &mut self,
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(self).poll_write_vectored(cx, bufs)
+        match bufs {
+            [one] => Pin::new(self).poll_write(cx, one),
+            _ => Pin::new(self).poll_write_vectored(cx, bufs),
+        }
     }
 
     fn socket(&self) -> SocketRef<'_> {
@@ -98,7 +102,7 @@ impl IoStream for Stream {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        IoStream::poll_write_vectored(&mut self.io, cx, bufs)
     }
 
     fn socket(&self) -> SocketRef<'_> {
@@ -204,6 +208,32 @@ mod tests {
 
         for (peer, expected) in [(&mut peer, b"hellohello"), (&mut plain_peer, b"worldworld")] {
             let mut got = [0; 10];
+            Read::read_exact(peer, &mut got).unwrap();
+            assert_eq!(&got, expected);
+        }
+    }
+
+    /// A lone slice through either stream's vectored write (sent plainly) is written whole and
+    /// is what the peer reads.
+    #[test]
+    fn a_lone_slice_is_written_whole() {
+        let (mut driver_stream, mut peer) = connected();
+        let lone = [IoSlice::new(b"hello")];
+        let written = block_on(poll_fn(|cx| driver_stream.poll_write_vectored(cx, &lone)));
+        assert_eq!(written.unwrap(), 5);
+
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut plain =
+            block_on(Async::<TcpStream>::connect(listener.local_addr().unwrap())).unwrap();
+        let (mut plain_peer, _) = listener.accept().unwrap();
+        let lone = [IoSlice::new(b"world")];
+        let written = block_on(poll_fn(|cx| {
+            IoStream::poll_write_vectored(&mut plain, cx, &lone)
+        }));
+        assert_eq!(written.unwrap(), 5);
+
+        for (peer, expected) in [(&mut peer, b"hello"), (&mut plain_peer, b"world")] {
+            let mut got = [0; 5];
             Read::read_exact(peer, &mut got).unwrap();
             assert_eq!(&got, expected);
         }

@@ -200,10 +200,10 @@
 //!    connect ([`PreparedSocket::begin_connect`]), register the stream with the reactor, wait
 //!    until it is writable and call [`finish_connect`]. No timeout: the driver drops the
 //!    future at the setup deadline. Return the stream as an [`IoStream`]: poll functions for
-//!    reading, writing and vectored writing (implement `poll_write_vectored` natively, one
-//!    `writev` per batch of frames that takes several slices), each registering the waker
-//!    when it returns `Pending`, and [`IoStream::socket`] ([`SocketRef::new`] on anything
-//!    that owns a socket).
+//!    reading, writing and vectored writing (implement `poll_write_vectored` natively: one
+//!    `writev` per batch of frames, a plain write for a lone slice), each registering the
+//!    waker when it returns `Pending`, and [`IoStream::socket`] ([`SocketRef::new`] on
+//!    anything that owns a socket).
 //!
 //! Then a `client(config)` function returning a [`BoundClientBuilder`] makes the adapter as
 //! convenient as the built-in ones. To test it, run keepwire's real-socket suite

@@ -335,9 +335,11 @@ pub trait IoStream: Send + fmt::Debug + 'static {
     ///
     /// The driver hands a connection's queued frames out in one call (a hand-out of small
     /// frames as one slice of their copies, larger frames a slice each), so a native vectored
-    /// write saves a syscall per frame. A hand-out of one slice goes to
-    /// [`poll_write`](Self::poll_write) instead: a socket takes a plain `send` faster than a
-    /// `writev` of one slice. The default writes the first non-empty slice with
+    /// write saves a syscall per frame. A native one should still write a lone slice with a
+    /// plain write, as keepwire's own socket streams do: the kernel takes a `send` of one
+    /// slice 95–150 ns faster than a `writev` of it (`scripts/writev_cost.rs`), and at one
+    /// request in flight every hand-out is one slice. The default writes the first non-empty
+    /// slice with
     /// [`poll_write`](Self::poll_write), as `std::io::Write::write_vectored` does: correct,
     /// but one syscall per frame. Every runtime crate of keepwire overrides it.
     fn poll_write_vectored(
@@ -463,12 +465,16 @@ mod tokio_impls {
             Pin::new(self).poll_write(cx, buf)
         }
 
+        /// A lone slice with a plain write (`send`), several with `writev`.
         fn poll_write_vectored(
             &mut self,
             cx: &mut Context<'_>,
             bufs: &[IoSlice<'_>],
         ) -> Poll<io::Result<usize>> {
-            Pin::new(self).poll_write_vectored(cx, bufs)
+            match bufs {
+                [one] => Pin::new(self).poll_write(cx, one),
+                _ => Pin::new(self).poll_write_vectored(cx, bufs),
+            }
         }
 
         fn socket(&self) -> SocketRef<'_> {

@@ -29,8 +29,9 @@ async fn a_read_into_a_buffer_stops_at_its_room() {
 }
 
 /// The stream says how much it wrote, and it is what the peer reads: 5 bytes into an empty
-/// socket buffer, plain and vectored, take all 5 each (what the handshake hooks write
-/// through, and the driver's writes of one slice; its writes of several are vectored).
+/// socket buffer, plain, vectored and a lone slice through the vectored write (which sends it
+/// plainly) take all 5 each (what the handshake hooks write through; the driver's own writes
+/// are vectored).
 #[tokio::test]
 async fn writes_report_what_reached_the_peer() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -49,4 +50,13 @@ async fn writes_report_what_reached_the_peer() {
     let mut got = [0; 10];
     peer.read_exact(&mut got).unwrap();
     assert_eq!(&got, b"helloworld");
+
+    let lone = [IoSlice::new(b"again")];
+    let written = poll_fn(|cx| IoStream::poll_write_vectored(&mut stream, cx, &lone))
+        .await
+        .unwrap();
+    assert_eq!(written, 5);
+    let mut got = [0; 5];
+    peer.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"again");
 }

@@ -1,7 +1,7 @@
-//! Socket I/O on the driver's open connections: writing what the pool hands out, one write
-//! per batch of a connection's queued frames (vectored when the batch has several slices),
-//! and reading, cutting responses with the codec and telling the pool whether part of one is
-//! still buffered (the pool owns the slow-drip deadline).
+//! Socket I/O on the driver's open connections: writing what the pool hands out, one
+//! vectored write per batch of a connection's queued frames, and reading, cutting responses
+//! with the codec and telling the pool whether part of one is still buffered (the pool owns
+//! the slow-drip deadline).
 //!
 //! A round hands the pool no more than a slice of a connection's responses
 //! ([`answer_slice`]): a pipelining peer answers a whole batch at once, and answering it whole
@@ -248,11 +248,11 @@ impl Driver {
         cx.waker().wake_by_ref();
     }
 
-    /// One write of the frames handed out for `conn`, vectored if they take several slices
-    /// (`again`: of the hand-out its stream holds part of), reported to the pool unless the
-    /// stream still holds some of it. The frames are read where the pool keeps them: a stream
-    /// that holds part of them is offered the same bytes again, since the pool changes nothing
-    /// of a hand-out before its report.
+    /// One vectored write of the frames handed out for `conn` (`again`: of the hand-out its
+    /// stream holds part of), reported to the pool unless the stream still holds some of it.
+    /// The frames are read where the pool keeps them: a stream that holds part of them is
+    /// offered the same bytes again, since the pool changes nothing of a hand-out before its
+    /// report.
     fn write(&mut self, cx: &mut Context<'_>, conn: ConnId, again: bool) {
         self.telemetry.touched(conn.node());
         let (Some(Conn::Open(open)), Some(frames)) =
@@ -279,13 +279,7 @@ impl Driver {
         // encode: its failed write may have pushed part of the encoding first (tokio-rustls
         // does, then returns the error), and one that holds bytes has sent some of them.
         let plain = self.hook.is_none() && open.stream.held() == 0;
-        // One slice (a lone request, or small frames copied together) goes out with a plain
-        // write: on a socket a `send`, which the kernel takes 95–150 ns faster than a
-        // `writev` of the same slice (`scripts/writev_cost.rs`).
-        let written = match &slices[..] {
-            [one] => open.stream.poll_write(cx, one),
-            _ => open.stream.poll_write_vectored(cx, &slices),
-        };
+        let written = open.stream.poll_write_vectored(cx, &slices);
         self.writes.slices = recycle(slices);
         if open.stream.held() > 0 {
             match written {
