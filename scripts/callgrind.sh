@@ -23,18 +23,25 @@ total_instructions() {
   callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }'
 }
 
+# An awk function for the programs here that read hexadecimal (mawk, the machine's awk, has
+# no strtonum): hex("7f3a") and hex("0x7f3a") are both 32570. Put it before the program:
+# awk "$awk_hex"'...'.
+# shellcheck disable=SC2034 # used by the scripts that source this file
+awk_hex='
+  function hex(s,    i, n) {
+    sub(/^0x/, "", s)
+    n = 0
+    for (i = 1; i <= length(s); i++) n = n * 16 + index("0123456789abcdef", substr(s, i, 1)) - 1
+    return n
+  }'
+
 # Every instruction executed in callgrind's output $1 (made with --dump-instr=yes), one line
 # each: its address (decimal) and how many times it ran. Each cost line starts with the
 # instruction's address (absolute in hex, or relative to the line before: `+N`, `-N`, `*`) and
 # the source line, then the instructions executed there. The line after `calls=` holds a
 # call's inclusive cost, not the instruction's own: skipped.
 executed_instructions() {
-  awk '
-    function hex(s,    i, n) {
-      n = 0
-      for (i = 3; i <= length(s); i++) n = n * 16 + index("0123456789abcdef", substr(s, i, 1)) - 1
-      return n
-    }
+  awk "$awk_hex"'
     function number(s) { return s ~ /^0x/ ? hex(s) : s + 0 }
     /^calls=/ { call = 1; next }
     /^[0-9+*-]/ {

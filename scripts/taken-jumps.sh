@@ -31,12 +31,7 @@ executed_instructions "$out/run" > "$out/executed"
 objdump -d --no-show-raw-insn "$bin" > "$out/asm"
 
 # Each executed instruction's mnemonic and the address of the instruction after it.
-awk -v requests="$requests" -v list="$list" '
-  function hex(s,    i, n) {
-    n = 0
-    for (i = 1; i <= length(s); i++) n = n * 16 + index("0123456789abcdef", substr(s, i, 1)) - 1
-    return n
-  }
+awk -v requests="$requests" -v list="$list" "$awk_hex"'
   FNR == NR { ran[$1] = $2; next }
   /^ *[0-9a-f]+:\t/ {
     address = $1; sub(":", "", address); at = hex(address)

@@ -48,12 +48,7 @@ for client in ${clients//,/ }; do
   [ -n "$base" ] || { echo "could not find where valgrind mapped $bin" >&2; exit 1; }
   marker=$(printf '%08x' $((0x$base + 0x$answer)))
   awk -v marker="$marker" -v base="$base" -v client="$client" -v symbols="$out/symbols" \
-    -v top="$out/top.$client" '
-    function num(s,   i, n) {
-      n = 0
-      for (i = 1; i <= length(s); i++) n = n * 16 + index("0123456789abcdef", substr(s, i, 1)) - 1
-      return n
-    }
+    -v top="$out/top.$client" "$awk_hex"'
     # Round trips: from one entry of `answer` to the next; the first ten are warm-up.
     /^I/ {
       at = substr($2, 1, index($2, ",") - 1)
@@ -68,7 +63,7 @@ for client in ${clients//,/ }; do
     }
     /^ [LSM]/ {
       a = substr($2, 1, index($2, ",") - 1)
-      l = int(num(a) / 64)
+      l = int(hex(a) / 64)
       if (!(l in first)) { first[l] = at; distinct++ }
     }
     END {
@@ -81,14 +76,14 @@ for client in ${clients//,/ }; do
       }
       steady = 0
       while ((getline line < symbols) > 0) {
-        split(line, f, " "); nsym++; start[nsym] = num(f[1]); name[nsym] = substr(line, length(f[1]) + 2)
+        split(line, f, " "); nsym++; start[nsym] = hex(f[1]); name[nsym] = substr(line, length(f[1]) + 2)
       }
-      b = num(base)
+      b = hex(base)
       for (l in seen) {
         if (seen[l] < 0.9 * kept) continue
         steady++
         # The function that touched the line first, by binary search over the symbols.
-        x = num(toucher[l]) - b; lo = 1; hi = nsym; fn = "(a shared library)"
+        x = hex(toucher[l]) - b; lo = 1; hi = nsym; fn = "(a shared library)"
         if (x >= start[1]) {
           while (lo < hi) { mid = int((lo + hi + 1) / 2); if (start[mid] <= x) lo = mid; else hi = mid - 1 }
           if (x - start[lo] < 65536) fn = name[lo]
