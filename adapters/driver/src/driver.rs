@@ -473,8 +473,9 @@ impl Driver {
     /// Out of line. Inlined into [`settle_output`](Self::settle_output), which every
     /// request's outcome runs through, its locals (a connection's setup, its close) made that
     /// frame 2 KiB and spread the outcome's path over more lines of stack: a round trip at
-    /// one in flight touched 237 lines of data against 225 now (`scripts/working-set.sh`).
-    /// A request's own path performs no action.
+    /// one in flight touched 237 lines of data, against 225–231 since
+    /// (`scripts/working-set.sh`, whose count moves by a few lines from run to run). A
+    /// request's own path performs no action.
     #[inline(never)]
     fn perform(&mut self, now: Instant, action: &Action) {
         match action {
