@@ -233,6 +233,32 @@ pub async fn until_read(runtime: &dyn Runtime, peer: &peers::Peer, count: usize)
     );
 }
 
+/// Waits until `node` has at least `bytes` queued (its frames not yet all accepted by the
+/// kernel); panics after 3 s. A test that needs one request queued behind another waits here
+/// for the first before sending the second: two spawned tasks reach the driver in no set
+/// order (on a loaded machine the first one spawned was seen to run 50 ms after the second).
+pub async fn until_pending(runtime: &dyn Runtime, client: &Client, node: NodeId, bytes: u64) {
+    let mut pending = 0;
+    let queued = within(runtime, Duration::from_secs(3), async {
+        loop {
+            pending = client
+                .node_info(node)
+                .await
+                .expect("node info")
+                .pending_bytes;
+            if pending >= bytes {
+                return;
+            }
+            sleep(runtime, Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(
+        queued.is_some(),
+        "{node:?} has {pending} bytes queued, not {bytes}"
+    );
+}
+
 /// Waits, at most `limit`, for the first pool event that `matches` selects; other events are
 /// skipped. Panics with `what` on timeout.
 pub async fn wait_for<T>(

@@ -11,7 +11,8 @@ use keepwire_proto::{
 };
 use keepwire_tests::peers::{Behaviour, FullAcceptQueue, Peer, RefusingPort};
 use keepwire_tests::{
-    send_held, sleep, spawn, test_config, test_on_every_runtime, until_read, wait_for, watermark,
+    send_held, sleep, spawn, test_config, test_on_every_runtime, until_pending, until_read,
+    wait_for, watermark,
 };
 
 const MIB: usize = 1024 * 1024;
@@ -58,6 +59,9 @@ async fn write_timeout_closes_a_stalled_connection(runtime: Arc<dyn Runtime>) {
                 .await
         }
     });
+    // The big request queued first (the task sending it may run late), then given 50 ms to
+    // stall.
+    until_pending(&*runtime, &client, node, (4 * MIB) as u64).await;
     sleep(&*runtime, Duration::from_millis(50)).await;
     let small = spawn(&*runtime, {
         let client = client.clone();

@@ -19,7 +19,9 @@ use keepwire_proto::{CloseReason, Config, Event, Instant, NodeId, NodeState, Rea
 use keepwire_tests::names::Names;
 use keepwire_tests::peers::Peer;
 use keepwire_tests::tls::{Pki, TlsBehaviour, TlsOn, TlsPeer};
-use keepwire_tests::{sleep, spawn, test_config, test_tls_on_every_runtime, wait_for, watermark};
+use keepwire_tests::{
+    sleep, spawn, test_config, test_tls_on_every_runtime, until_pending, wait_for, watermark,
+};
 
 const MIB: usize = 1024 * 1024;
 /// How late a timer may fire on a loaded 2-core CI machine and still count as "on time": the
@@ -176,6 +178,10 @@ async fn a_stalled_tls_peer_trips_the_write_timeout_like_a_plaintext_one(
     let started = WallClock::now();
     let tls_big = send(&tls_client, tls_node, vec![7; 4 * MIB]);
     let plain_big = send(&plain_client, plain_node, vec![7; 4 * MIB]);
+    // The big requests queued first (the tasks sending them may run late), then given 50 ms
+    // to stall.
+    until_pending(&*runtime, &tls_client, tls_node, (4 * MIB) as u64).await;
+    until_pending(&*runtime, &plain_client, plain_node, (4 * MIB) as u64).await;
     sleep(&*runtime, Duration::from_millis(50)).await;
     let tls_small = send(&tls_client, tls_node, b"queued behind".to_vec());
     let plain_small = send(&plain_client, plain_node, b"queued behind".to_vec());
