@@ -6,13 +6,19 @@
 use std::time::{Duration, Instant as WallClock};
 
 use bytes::Bytes;
+use keepwire_driver::tls::BUFFER_LIMIT;
 use keepwire_driver::{Client, Events, NodeInfo, Runtime, SendError, Target};
 use keepwire_proto::{CloseReason, Config, Counters, Event, NodeId, NodeState, Sent};
 
 use crate::{Task, sleep, spawn, wait_for};
 
-/// The high watermark the checks use: 64 KiB (the low one is half of it).
-pub const HIGH_WATERMARK: u64 = 64 * 1024;
+/// The high watermark the checks use: 128 KiB (the low one is half of it), twice what the TLS
+/// layer may hold ([`BUFFER_LIMIT`]). Frames handed to that layer count as pending until the
+/// kernel takes their ciphertext, and their requests read `Unknown`: at 64 KiB, a connection
+/// that became ready only after every filler request was queued (a handshake slowed by a
+/// loaded machine) handed them all out at once, the layer took them all, and no request was
+/// left that had never left.
+pub const HIGH_WATERMARK: u64 = 2 * BUFFER_LIMIT as u64;
 
 /// Each queued request's payload: 8 KiB.
 pub const FRAME: usize = 8 * 1024;

@@ -172,7 +172,7 @@ async fn write_timeout_closes_a_stalled_connection(runtime: Arc<dyn Runtime>) {
     client.shutdown().await;
 }
 
-/// (b) Same peer, write timeout off, 64 KiB high watermark: once enough is queued the next
+/// (b) Same peer, write timeout off, 128 KiB high watermark: once enough is queued the next
 /// send fails at once with NotWritable, and the connection stays open.
 async fn a_send_above_the_high_watermark_fails_at_once(runtime: Arc<dyn Runtime>) {
     let peer = Peer::never_read();

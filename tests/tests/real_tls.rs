@@ -257,7 +257,7 @@ async fn a_stalled_tls_peer_trips_the_write_timeout_like_a_plaintext_one(
     plain_client.shutdown().await;
 }
 
-/// Over TLS as in plaintext: with the write timeout off and a 64 KiB high watermark, once
+/// Over TLS as in plaintext: with the write timeout off and a 128 KiB high watermark, once
 /// enough is queued behind a TLS peer that stopped reading, the next send fails at once with
 /// `NotWritable` and the connection stays open; pending bytes stay within the high
 /// watermark plus one frame, and the TLS layer's own buffer within its limit.
@@ -277,9 +277,11 @@ async fn a_send_above_the_high_watermark_fails_at_once_over_tls(
     let queued = watermark::fill(&*runtime, &client, node, &mut events).await;
     let info = watermark::refused_at_once(&client, node).await;
     println!(
-        "unwritable TLS connection: {} bytes pending (high watermark 65536 + one 8 KiB frame), \
+        "unwritable TLS connection: {} bytes pending (high watermark {} + one 8 KiB frame), \
          {} held by the TLS layer (limit {BUFFER_LIMIT})",
-        info.pending_bytes, info.stream_held
+        info.pending_bytes,
+        watermark::HIGH_WATERMARK,
+        info.stream_held
     );
     assert!(info.stream_held <= BUFFER_LIMIT, "{}", info.stream_held);
     let counters = client.counters().await.unwrap();
