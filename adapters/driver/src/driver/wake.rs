@@ -19,12 +19,14 @@
 //! every round (a tokio `Sleep` polled for nothing was about a hundred instructions per
 //! request at one in flight).
 //!
-//! No lock: the list is a bounded lock-free queue and the task's waker an `AtomicWaker`
-//! (`concurrent-queue` and `atomic-waker`, pieces smol is built on). A wake that finds the list
-//! full sets a flag instead, and the next round looks at every open connection's mark.
+//! No lock: the list is a bounded lock-free queue (`concurrent-queue`, a piece smol is built
+//! on), and the task's waker is kept from the first poll and woken by reference
+//! ([`TaskWaker`]), with an `AtomicWaker` behind it for an executor that changes it. A wake
+//! that finds the list full sets a flag instead, and the next round looks at every open
+//! connection's mark.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering, fence};
+use std::sync::{Arc, OnceLock};
 use std::task::{Wake, Waker};
 
 use atomic_waker::AtomicWaker;
@@ -47,7 +49,7 @@ const LISTED: usize = 512;
 /// connections that woke since the driver last looked.
 #[derive(Debug)]
 pub(super) struct Wakeups {
-    task: AtomicWaker,
+    task: TaskWaker,
     woken: ConcurrentQueue<ConnId>,
     /// Set after every addition to `woken`, so that a round with nothing listed only loads it.
     listed: AtomicBool,
@@ -67,7 +69,7 @@ pub(super) struct Wakeups {
 impl Default for Wakeups {
     fn default() -> Self {
         Self {
-            task: AtomicWaker::new(),
+            task: TaskWaker::default(),
             woken: ConcurrentQueue::bounded(LISTED),
             listed: AtomicBool::new(false),
             scan: AtomicBool::new(false),
@@ -79,10 +81,10 @@ impl Default for Wakeups {
 }
 
 impl Wakeups {
-    /// Registers the waker of the poll under way as the task's, at the start of every poll
-    /// (a wake takes the registered waker, to wake it by value; registering the one that is
-    /// still there costs two compare-and-swaps and a comparison). Skipping it when no wake
-    /// seemed to have taken it would race a wake on another thread.
+    /// Registers the waker of the poll under way as the task's, at the start of every poll:
+    /// usually it is the one kept since the first poll, and nothing is written
+    /// ([`TaskWaker`]).
+    #[inline]
     pub(super) fn register_task(&self, waker: &Waker) {
         self.task.register(waker);
     }
@@ -153,6 +155,71 @@ impl Wakeups {
         }
         if wake_task {
             self.task.wake();
+        }
+    }
+}
+
+/// The driver task's waker, as its wakers (the inbox's, the timer's, each connection's) wake
+/// it: kept from the first poll and woken by reference, never taken.
+///
+/// The executors keepwire runs on (tokio, async-executor, async-std) give a task the same
+/// waker on every poll, so the first poll's is the task's for good: a later poll with one that
+/// wakes the same task (`Waker::will_wake`) writes nothing, and a wake reads it where it is.
+/// An `AtomicWaker`, as this was, cannot keep a waker: a wake takes it (two read-modify-writes)
+/// to wake it by value, and the next poll puts a clone back (two compare-and-swaps and the
+/// clone's count): with a wake and a poll per round, ten locked instructions per request at
+/// one in flight, where this has a fence per wake.
+///
+/// A poll with a waker that would wake something else (an executor that makes a new one per
+/// poll, or the future moved to another task) switches it, for good, to an `AtomicWaker` with
+/// its usual contract. The fences make the switch safe against a wake on another thread: a
+/// wake sets its source's mark, fences, then reads whether the waker switched; the poll that
+/// switches it fences, then reads the marks. At least one of the two sees the other's write:
+/// a wake that missed the switch woke the first waker for nothing, and the poll reads its
+/// mark; a wake that saw it goes through the `AtomicWaker`. The first poll's keeping of its
+/// waker fences the same way.
+#[derive(Debug, Default)]
+struct TaskWaker {
+    /// The first poll's waker.
+    first: OnceLock<Waker>,
+    /// A poll came with a waker that would not wake what `first` wakes: wakes go to `later`.
+    switched: AtomicBool,
+    later: AtomicWaker,
+}
+
+impl TaskWaker {
+    /// At the start of every poll, before the poll reads any mark.
+    #[inline]
+    fn register(&self, waker: &Waker) {
+        match self.first.get() {
+            Some(first) if first.will_wake(waker) && !self.switched.load(Ordering::Relaxed) => {}
+            _ => self.register_other(waker),
+        }
+    }
+
+    /// The first poll's registration, or one with a waker that would wake something else.
+    #[cold]
+    #[inline(never)]
+    fn register_other(&self, waker: &Waker) {
+        if self.first.get().is_none() && self.first.set(waker.clone()).is_ok() {
+            fence(Ordering::SeqCst);
+            return;
+        }
+        if !self.switched.load(Ordering::Relaxed) {
+            self.switched.store(true, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+        }
+        self.later.register(waker);
+    }
+
+    /// Wakes the task, after the waking source's mark is set.
+    #[inline]
+    fn wake(&self) {
+        fence(Ordering::SeqCst);
+        match self.first.get() {
+            Some(first) if !self.switched.load(Ordering::Relaxed) => first.wake_by_ref(),
+            // Switched, or never polled (nothing to wake: the first poll reads every mark).
+            _ => self.later.wake(),
         }
     }
 }
@@ -319,10 +386,15 @@ mod tests {
         assert_eq!(taken(&wakeups), [a_id], "only the woken connection, once");
         assert!(a.take() && !b.take());
 
-        // The next poll registers the task again (a wake takes the waker it wakes).
-        wakeups.register_task(&waker);
+        // The task's waker is kept: the next wake needs no new registration (the next poll
+        // registers the same waker, which writes nothing).
         a.waker().wake_by_ref();
         assert_eq!(task.count(), 2, "once taken, a wake lists it again");
+        assert_eq!(taken(&wakeups), [a_id]);
+        assert!(a.take());
+        wakeups.register_task(&waker);
+        a.waker().wake_by_ref();
+        assert_eq!(task.count(), 3);
         assert_eq!(taken(&wakeups), [a_id]);
     }
 
@@ -346,7 +418,8 @@ mod tests {
         assert_eq!((first.count(), second.count()), (0, 1));
         assert!(read.take());
 
-        // A wake takes the registered waker: the next poll's registration puts it back.
+        // Switched to another waker, the task's waker has an `AtomicWaker`'s contract: a wake
+        // takes it, and the next poll's registration puts it back.
         let waker = Waker::from(Arc::clone(&second));
         wakeups.register_task(&waker);
         read.waker().wake_by_ref();
@@ -362,6 +435,15 @@ mod tests {
         wakeups.register_task(&waker);
         read.waker().wake_by_ref();
         assert_eq!(second.count(), 3);
+        assert!(read.take());
+
+        // For good: the first waker, registered anew, is a waker like any other (woken once
+        // through the `AtomicWaker`, then taken), not the one kept.
+        wakeups.register_task(&Waker::from(Arc::clone(&first)));
+        read.waker().wake_by_ref();
+        assert!(read.take());
+        read.waker().wake_by_ref();
+        assert_eq!((first.count(), second.count()), (1, 3));
     }
 
     #[test]
