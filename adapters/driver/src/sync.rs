@@ -135,7 +135,7 @@ impl<C> Inbox<C> {
         // this misses was pushed after the inbox mark the round took (a command whose mark it
         // took happened before that take, and is seen), and its push marks the inbox again,
         // so the next round takes it. At one request in flight every round that takes a
-        // command ends with this look: a locked instruction fewer per request.
+        // command ends with this look: about two locked instructions fewer per request.
         if !self.queue.ring.is_empty() {
             if let Ok(command) = self.queue.ring.pop() {
                 return Some(command);
