@@ -339,9 +339,8 @@ pub trait IoStream: Send + fmt::Debug + 'static {
     /// plain write, as keepwire's own socket streams do: the kernel takes a `send` of one
     /// slice 95–150 ns faster than a `writev` of it (`scripts/writev_cost.rs`), and at one
     /// request in flight every hand-out is one slice. The default writes the first non-empty
-    /// slice with
-    /// [`poll_write`](Self::poll_write), as `std::io::Write::write_vectored` does: correct,
-    /// but one syscall per frame. Every runtime crate of keepwire overrides it.
+    /// slice with [`poll_write`](Self::poll_write), as `std::io::Write::write_vectored` does:
+    /// correct, but one syscall per frame. Every runtime crate of keepwire overrides it.
     fn poll_write_vectored(
         &mut self,
         cx: &mut Context<'_>,
