@@ -236,7 +236,7 @@ pub async fn until_read(runtime: &dyn Runtime, peer: &peers::Peer, count: usize)
 /// Waits until `node` has at least `bytes` queued (its frames not yet all accepted by the
 /// kernel); panics after 3 s. A test that needs one request queued behind another waits here
 /// for the first before sending the second: two spawned tasks reach the driver in no set
-/// order (on a loaded machine the first one spawned was seen to run 50 ms after the second).
+/// order (on a loaded machine the first one spawned reached it after one spawned 50 ms later).
 pub async fn until_pending(runtime: &dyn Runtime, client: &Client, node: NodeId, bytes: u64) {
     let mut pending = 0;
     let queued = within(runtime, Duration::from_secs(3), async {
