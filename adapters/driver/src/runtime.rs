@@ -96,6 +96,27 @@ pub trait Runtime: Send + Sync + fmt::Debug + 'static {
     /// A timer that fires at `deadline` (on the same clock as [`Runtime::now`]).
     fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn Timer>>;
 
+    /// Whether the driver may read a connection right after writing to it, with
+    /// [`IoStream::read_now`], instead of waiting for the stream to wake it. The default is
+    /// `false`.
+    ///
+    /// A peer on the same machine often answers before the write that woke it returns (its
+    /// thread runs on the writer's CPU and preempts it). Reading then skips the wait on the
+    /// reactor: on tokio's current_thread runtime a round trip to a loopback echo server took
+    /// 0.85 µs less, about a seventh (BENCHMARKS.md, "A read right after the write"). Only a
+    /// runtime that runs the driver and its callers on one thread should say yes. On a
+    /// work-stealing one, the driver and a caller then wake each other with no park between
+    /// them: tokio's multi-thread scheduler lets such a chain run three tasks on one worker,
+    /// then hands the next to another worker, and the round trip got slower. keepwire-tokio
+    /// says yes on a current_thread runtime only.
+    ///
+    /// The driver reads after a write that the socket took whole. After a read that finds
+    /// nothing, it lets seven writes pass before it tries again. A remote peer's answer never
+    /// comes within the write, so against one this costs a `recv` every eighth write.
+    fn read_after_write(&self) -> bool {
+        false
+    }
+
     /// Runs `future` to completion in the background.
     fn spawn(&self, future: BoxFuture<'static, ()>);
 
@@ -353,6 +374,22 @@ pub trait IoStream: Send + fmt::Debug + 'static {
         self.poll_write(cx, buf)
     }
 
+    /// Reads into `buf` now, from the socket itself, whether or not the runtime has reported
+    /// the stream readable; `None` if the stream cannot. The default is `None`, which a stream
+    /// that buffers or decodes (TLS) must keep.
+    ///
+    /// The driver calls it only on a runtime that asks for it
+    /// ([`Runtime::read_after_write`]), right after a write. Like a non-blocking read, it
+    /// returns the bytes read, `Ok(0)` at the end of the stream, or an error
+    /// (`WouldBlock` if nothing is there). It must not change what the stream's
+    /// [`poll_read`](Self::poll_read) has registered: a wake the read made pointless still
+    /// comes, and the read after it finds nothing. keepwire's tokio stream reads the socket
+    /// with one `recv`, past tokio's record of its readiness.
+    fn read_now(&mut self, buf: &mut [u8]) -> Option<io::Result<usize>> {
+        let _ = buf;
+        None
+    }
+
     /// Bytes this stream took from writes that returned `Pending` and whose encoding the
     /// kernel has not yet accepted whole: they must be offered again (see the kernel boundary
     /// above). Always zero for a plain socket, which is the default.
@@ -399,6 +436,10 @@ impl<S: IoStream + ?Sized> IoStream for Box<S> {
         (**self).poll_write_vectored(cx, bufs)
     }
 
+    fn read_now(&mut self, buf: &mut [u8]) -> Option<io::Result<usize>> {
+        (**self).read_now(buf)
+    }
+
     fn held(&self) -> usize {
         (**self).held()
     }
@@ -413,7 +454,7 @@ impl<S: IoStream + ?Sized> IoStream for Box<S> {
 #[cfg(feature = "tokio")]
 mod tokio_impls {
     use std::future::Future;
-    use std::io::{self, IoSlice};
+    use std::io::{self, IoSlice, Read};
     use std::pin::Pin;
     use std::task::{Context, Poll};
     use std::time::Instant;
@@ -462,6 +503,12 @@ mod tokio_impls {
 
         fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
             Pin::new(self).poll_write(cx, buf)
+        }
+
+        /// One `recv` on the socket, whatever tokio last saw of its readiness (which stays as
+        /// it was).
+        fn read_now(&mut self, buf: &mut [u8]) -> Option<io::Result<usize>> {
+            Some((&*socket2::SockRef::from(&*self)).read(buf))
         }
 
         /// A lone slice with a plain write (`send`), several with `writev`.

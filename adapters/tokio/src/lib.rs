@@ -72,7 +72,7 @@ use std::time::Instant;
 
 pub use keepwire_driver::*;
 use tokio::net::TcpSocket;
-use tokio::runtime::Handle;
+use tokio::runtime::{Handle, RuntimeFlavor};
 
 /// The tokio [`Runtime`]: spawns on a tokio runtime handle, uses tokio's clock and timers.
 #[derive(Clone, Debug)]
@@ -110,6 +110,14 @@ impl Runtime for TokioRuntime {
         // The driver's task runs on this runtime, in its context: no need to enter it again
         // (which costs as much as reading the clock, with every round of the driver).
         tokio::time::Instant::now().into_std()
+    }
+
+    /// On a current_thread runtime only: there the driver and its callers share the one
+    /// thread. On the multi-thread runtime a read right after the write made the round trip
+    /// slower (tokio's LIFO slot hands the fourth of a chain of tasks that wake each other
+    /// to another worker: BENCHMARKS.md, "A read right after the write").
+    fn read_after_write(&self) -> bool {
+        matches!(self.handle.runtime_flavor(), RuntimeFlavor::CurrentThread)
     }
 
     fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn Timer>> {

@@ -67,6 +67,9 @@ const WRITE_BUDGET: usize = 64;
 const READ_BUDGET: usize = 64;
 /// The fewest bytes one read asks for.
 const MIN_READ: usize = 16 * 1024;
+/// Writes that pass without a read right after them once such a read found nothing
+/// ([`ReadAfterWrite`]).
+const SKIP_AFTER_EMPTY_READ: u8 = 7;
 /// A round answers about this fraction (one in `ANSWER_SLICES`) of a connection's requests in
 /// flight before it leaves the rest of the buffered responses to the next round.
 const ANSWER_SLICES: usize = 2;
@@ -139,6 +142,8 @@ pub(super) struct OpenConn {
     sizing: Sizing,
     /// The waker its stream is read with, and whether it woke since the last read.
     read_wake: ReadWake,
+    /// Whether the next write is followed by a read ([`Driver::read_after_write`]).
+    read_after_write: ReadAfterWrite,
 }
 
 impl OpenConn {
@@ -148,6 +153,7 @@ impl OpenConn {
         decoder: Box<dyn Decoder>,
         wakeups: &Arc<Wakeups>,
         conn: ConnId,
+        read_after_write: bool,
     ) -> Self {
         Self {
             stream,
@@ -158,6 +164,37 @@ impl OpenConn {
             partial: false,
             sizing: Sizing::default(),
             read_wake: ReadWake::new(wakeups, conn),
+            read_after_write: ReadAfterWrite(read_after_write.then_some(0)),
+        }
+    }
+}
+
+/// A connection's reads right after its writes ([`Runtime::read_after_write`]): `None` if it
+/// has none (its runtime does not ask for them, or its stream cannot), else how many more
+/// writes pass before the next one (none after a read that found bytes,
+/// [`SKIP_AFTER_EMPTY_READ`] after one that found nothing).
+///
+/// [`Runtime::read_after_write`]: crate::Runtime::read_after_write
+#[derive(Clone, Copy, Debug)]
+struct ReadAfterWrite(Option<u8>);
+
+impl ReadAfterWrite {
+    /// Whether this write is followed by a read (counting it off if not).
+    fn due(&mut self) -> bool {
+        match &mut self.0 {
+            Some(0) => true,
+            Some(skip) => {
+                *skip -= 1;
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// What the read found: bytes, or nothing.
+    fn found(&mut self, bytes: bool) {
+        if let Some(skip) = &mut self.0 {
+            *skip = if bytes { 0 } else { SKIP_AFTER_EMPTY_READ };
         }
     }
 }
@@ -301,11 +338,18 @@ impl Driver {
                 ),
             }
         }
+        // Counted off only for a write the socket took whole.
+        let read_after = plain
+            && matches!(written, Poll::Ready(Ok(n)) if n == total && n > 0)
+            && open.read_after_write.due();
         let now = self.now();
         match written {
             Poll::Ready(Ok(0)) if total > 0 => self.lost(now, conn, Failure::PeerClosed),
             Poll::Ready(Ok(n)) => {
                 let _ = self.pool.handle_written(now, conn, n);
+                if read_after {
+                    self.read_after_write(now, conn);
+                }
                 if n < total {
                     // Most likely the socket buffer is full (or the batch had more slices than
                     // one writev takes): the next round tries again.
@@ -332,6 +376,54 @@ impl Driver {
                 let _ = self.pool.handle_written(now, conn, 0);
                 self.writes.blocked.push(conn);
             }
+        }
+    }
+
+    /// Reads `conn` right after a write that its socket took whole, before the stream wakes
+    /// the driver ([`Runtime::read_after_write`]): a peer on the same machine may have
+    /// answered already. What it reads is decoded at once, as [`fill`](Self::fill) would;
+    /// nothing read leaves the connection to its wake, as before. A connection whose decoding
+    /// paused is left to the next round, which resumes it first.
+    ///
+    /// [`Runtime::read_after_write`]: crate::Runtime::read_after_write
+    fn read_after_write(&mut self, now: Instant, conn: ConnId) {
+        let Some(Conn::Open(open)) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if open.paused {
+            return;
+        }
+        if open.inbound.capacity() - open.inbound.len() < MIN_READ {
+            self.chunks
+                .reserve(&mut open.inbound, &mut open.sizing, MIN_READ);
+        }
+        let limit = read_limit(
+            open.inbound.len(),
+            open.inbound.capacity() - open.inbound.len(),
+            MIN_READ,
+            open.sizing.piece,
+        );
+        let Some(read) = open.stream.read_now(&mut self.read_buf[..limit]) else {
+            open.read_after_write.0 = None; // the stream cannot: never again
+            return;
+        };
+        match read {
+            Ok(0) => self.lost(now, conn, Failure::PeerClosed),
+            Ok(n) => {
+                open.read_after_write.found(true);
+                open.inbound.extend_from_slice(&self.read_buf[..n]);
+                if open.report.quickack() {
+                    open.stream.socket().rearm_quickack();
+                }
+                self.telemetry.touched(conn.node());
+                let mut slice = answer_slice(self.pool.in_flight(conn.node()).unwrap_or(0));
+                let _ = self.decode(now, conn, &mut slice);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                open.read_after_write.found(false);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => self.failed(now, conn, &e),
         }
     }
 

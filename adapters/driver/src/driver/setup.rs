@@ -196,8 +196,14 @@ impl Driver {
                         let Some(decoder) = self.decoder_for(now, conn) else {
                             continue;
                         };
-                        let open =
-                            OpenConn::new(io.into_stream(), report, decoder, &self.wakeups, conn);
+                        let open = OpenConn::new(
+                            io.into_stream(),
+                            report,
+                            decoder,
+                            &self.wakeups,
+                            conn,
+                            self.runtime.read_after_write(),
+                        );
                         self.conns.insert(conn, Conn::Open(open));
                         if self.pool.handle_handshake_done(now, conn).is_err() {
                             self.conns.remove(&conn);
@@ -236,7 +242,14 @@ impl Driver {
         };
         self.conns.insert(
             conn,
-            Conn::Open(OpenConn::new(stream, report, decoder, &self.wakeups, conn)),
+            Conn::Open(OpenConn::new(
+                stream,
+                report,
+                decoder,
+                &self.wakeups,
+                conn,
+                self.runtime.read_after_write(),
+            )),
         );
         let reported = match reached {
             Some(peer) => self.pool.handle_connected_to(now, conn, peer),

@@ -1,0 +1,393 @@
+//! Reads right after a write (`Runtime::read_after_write`, `IoStream::read_now`): a runtime
+//! that asks for them has the driver read a connection as soon as the socket took a whole
+//! write, before the stream wakes it; after a read that finds nothing, seven writes pass
+//! before the next one; a stream that cannot is not asked again; and a runtime that does not
+//! ask (the default, and tokio's multi-thread runtime) is never read that way.
+//!
+//! The driver's side runs on in-memory streams, deterministic and with no socket traffic:
+//! their peer answers each write at once, and they count the reads. tokio's own `read_now`
+//! runs on a real loopback socket.
+
+use std::io::{self, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use keepwire_driver::{
+    BoxFuture, ClientBuilder, CloseReason, Failure, IoStream, PreparedSocket, ResolveError,
+    Runtime, SendError, Sent, SocketRef, Target, Timer,
+};
+use keepwire_tests::test_config;
+use keepwire_tokio::TokioRuntime;
+
+const PAYLOAD: &[u8] = b"a request of 32 bytes, padded..";
+
+#[test]
+fn a_runtime_that_asks_has_every_answer_read_right_after_its_write() {
+    // The stream's peer answers at once, but the stream never wakes the driver: only reads
+    // right after the writes can take the answers.
+    let counts = run(true, Script::answer_now_only(), 20);
+    assert_eq!(counts.answered, 20);
+    assert_eq!(counts.tries, 20, "one read after each write");
+    assert_eq!(counts.found, 20);
+}
+
+#[test]
+fn a_runtime_that_does_not_ask_is_never_read_after_a_write() {
+    let counts = run(false, Script::woken(usize::MAX), 20);
+    assert_eq!(counts.answered, 20);
+    assert_eq!(counts.tries, 0);
+}
+
+#[test]
+fn after_a_read_that_found_nothing_seven_writes_pass_before_the_next() {
+    // Nothing is ever found: the stream's wake brings every answer, and the driver reads after
+    // the 1st, 9th and 17th writes only.
+    let counts = run(true, Script::woken(usize::MAX), 20);
+    assert_eq!(counts.answered, 20);
+    assert_eq!(counts.tries, 3);
+    assert_eq!(counts.found, 0);
+}
+
+#[test]
+fn a_read_that_finds_the_answer_brings_the_next_write_its_read_again() {
+    // Nothing found after the 1st write; from the 9th, every read finds its answer, so every
+    // write from the 9th on is read after: the 1st, then the 9th to the 20th.
+    let counts = run(true, Script::woken(1), 20);
+    assert_eq!(counts.answered, 20);
+    assert_eq!(counts.tries, 13);
+    assert_eq!(counts.found, 12);
+}
+
+#[test]
+fn a_stream_that_cannot_read_now_is_asked_once() {
+    let counts = run(true, Script::cannot(), 20);
+    assert_eq!(counts.answered, 20);
+    assert_eq!(counts.tries, 1);
+}
+
+#[test]
+fn the_end_of_the_stream_found_right_after_a_write_closes_the_connection() {
+    let tokio = current_thread();
+    let stats = Arc::new(Stats::default());
+    let client = client(&tokio, true, Script::ends(), &stats);
+    let outcome = tokio.block_on(async {
+        let node = client.initial_nodes()[0];
+        let outcome = client
+            .send(Target::Node(node), PAYLOAD, Duration::from_secs(3))
+            .await;
+        client.shutdown().await;
+        outcome
+    });
+    assert!(
+        matches!(
+            outcome,
+            Err(SendError::ConnectionLost {
+                cause: CloseReason::Io(Failure::PeerClosed),
+                sent: Sent::Fully,
+                retried: false,
+            })
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(stats.tries.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn tokio_asks_on_current_thread_only() {
+    let current = current_thread();
+    assert!(TokioRuntime::from_handle(current.handle().clone()).read_after_write());
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    assert!(!TokioRuntime::from_handle(multi.handle().clone()).read_after_write());
+}
+
+/// tokio's stream reads the socket itself: bytes that came after tokio last found it dry are
+/// read at once, and the wake their arrival raised still comes (and reads nothing), so a
+/// later answer is not missed.
+#[test]
+fn tokio_reads_now_what_came_after_its_stream_found_the_socket_dry() {
+    current_thread().block_on(async {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut stream = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut peer, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 64];
+        // Dry: tokio records the socket as not readable, with the read's waker registered.
+        let dry = std::future::poll_fn(|cx| Poll::Ready(stream.poll_read(cx, &mut buf))).await;
+        assert!(dry.is_pending());
+        assert_eq!(
+            stream.read_now(&mut buf).unwrap().unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        // Arrived, with no turn of tokio's reactor since (no await in between).
+        peer.write_all(b"first").unwrap();
+        let read = stream.read_now(&mut buf).unwrap().unwrap();
+        assert_eq!(&buf[..read], b"first");
+        assert_eq!(
+            stream.read_now(&mut buf).unwrap().unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        // The next bytes wake the stream's read as usual.
+        peer.write_all(b"second").unwrap();
+        let read = tokio::time::timeout(
+            Duration::from_secs(5),
+            std::future::poll_fn(|cx| stream.poll_read(cx, &mut buf)),
+        )
+        .await
+        .expect("the read after `read_now` was never woken")
+        .unwrap();
+        assert_eq!(&buf[..read], b"second");
+    });
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Requests answered, and reads right after writes tried and found bytes, over `requests`
+/// requests one after another on one connection.
+struct Counts {
+    answered: usize,
+    tries: usize,
+    found: usize,
+}
+
+fn run(asks: bool, script: Script, requests: usize) -> Counts {
+    let tokio = current_thread();
+    let stats = Arc::new(Stats::default());
+    let client = client(&tokio, asks, script, &stats);
+    let answered = tokio.block_on(async {
+        let node = client.initial_nodes()[0];
+        let mut answered = 0;
+        for _ in 0..requests {
+            let answer = client
+                .send(Target::Node(node), PAYLOAD, Duration::from_secs(3))
+                .await;
+            answered += usize::from(answer.is_ok_and(|a| a == PAYLOAD));
+        }
+        client.shutdown().await;
+        answered
+    });
+    Counts {
+        answered,
+        tries: stats.tries.load(Ordering::SeqCst),
+        found: stats.found.load(Ordering::SeqCst),
+    }
+}
+
+fn client(
+    tokio: &tokio::runtime::Runtime,
+    asks: bool,
+    script: Script,
+    stats: &Arc<Stats>,
+) -> keepwire_driver::Client {
+    let runtime = Arc::new(EchoRuntime {
+        inner: TokioRuntime::from_handle(tokio.handle().clone()),
+        asks,
+        script,
+        stats: Arc::clone(stats),
+    });
+    // Never connected to (the runtime's connect makes no connection): loopback, for form.
+    ClientBuilder::new(test_config())
+        .node(SocketAddr::from(([127, 0, 0, 1], 9)))
+        .build(runtime)
+        .unwrap()
+}
+
+#[derive(Debug, Default)]
+struct Stats {
+    /// `read_now` calls (also those of a stream that cannot).
+    tries: AtomicUsize,
+    /// `read_now` calls that returned bytes.
+    found: AtomicUsize,
+}
+
+/// How an [`EchoStream`] reads.
+#[derive(Clone, Copy, Debug)]
+struct Script {
+    /// `read_now` is supported.
+    can: bool,
+    /// `read_now` calls that report nothing even with an answer buffered (`WouldBlock`).
+    miss_first: usize,
+    /// A write wakes the stream's read (else only `read_now` can take the answers).
+    wakes: bool,
+    /// The peer closes instead of answering.
+    ends: bool,
+}
+
+impl Script {
+    fn answer_now_only() -> Self {
+        Self {
+            can: true,
+            miss_first: 0,
+            wakes: false,
+            ends: false,
+        }
+    }
+
+    fn woken(miss_first: usize) -> Self {
+        Self {
+            can: true,
+            miss_first,
+            wakes: true,
+            ends: false,
+        }
+    }
+
+    fn cannot() -> Self {
+        Self {
+            can: false,
+            ..Self::woken(0)
+        }
+    }
+
+    fn ends() -> Self {
+        Self {
+            ends: true,
+            ..Self::answer_now_only()
+        }
+    }
+}
+
+/// tokio's runtime, saying `asks` to reads right after writes; a connect hands out an
+/// [`EchoStream`] over the prepared socket, left unconnected.
+#[derive(Debug)]
+struct EchoRuntime {
+    inner: TokioRuntime,
+    asks: bool,
+    script: Script,
+    stats: Arc<Stats>,
+}
+
+impl Runtime for EchoRuntime {
+    fn now(&self) -> Instant {
+        self.inner.now()
+    }
+
+    fn read_after_write(&self) -> bool {
+        self.asks
+    }
+
+    fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn Timer>> {
+        self.inner.new_timer(deadline)
+    }
+
+    fn spawn(&self, future: BoxFuture<'static, ()>) {
+        self.inner.spawn(future);
+    }
+
+    fn connect(
+        &self,
+        socket: PreparedSocket,
+        _addr: SocketAddr,
+    ) -> BoxFuture<'static, io::Result<Box<dyn IoStream>>> {
+        let stream = EchoStream {
+            socket: socket.into_std(),
+            echoed: Mutex::default(),
+            reader: None,
+            script: self.script,
+            stats: Arc::clone(&self.stats),
+        };
+        Box::pin(std::future::ready(
+            Ok(Box::new(stream) as Box<dyn IoStream>),
+        ))
+    }
+
+    fn resolve(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> BoxFuture<'static, Result<Vec<SocketAddr>, ResolveError>> {
+        self.inner.resolve(host, port)
+    }
+}
+
+/// A stream whose peer answers every request at once with the request itself (a
+/// `LengthPrefixed` response is its request's frame), or closes (`Script::ends`).
+#[derive(Debug)]
+struct EchoStream {
+    /// Never connected; only for the driver's option reads.
+    socket: std::net::TcpStream,
+    /// The answers not yet read, and whether the peer closed.
+    echoed: Mutex<(Vec<u8>, bool)>,
+    reader: Option<Waker>,
+    script: Script,
+    stats: Arc<Stats>,
+}
+
+impl EchoStream {
+    fn take(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut echoed = self.echoed.lock().unwrap();
+        let (answers, closed) = &mut *echoed;
+        if answers.is_empty() {
+            return if *closed {
+                Ok(0)
+            } else {
+                Err(io::ErrorKind::WouldBlock.into())
+            };
+        }
+        let n = buf.len().min(answers.len());
+        buf[..n].copy_from_slice(&answers[..n]);
+        answers.drain(..n);
+        Ok(n)
+    }
+}
+
+impl IoStream for EchoStream {
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        match self.take(buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.reader = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            read => Poll::Ready(read),
+        }
+    }
+
+    fn poll_write(&mut self, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        {
+            let mut echoed = self.echoed.lock().unwrap();
+            if self.script.ends {
+                echoed.1 = true;
+            } else {
+                echoed.0.extend_from_slice(buf);
+            }
+        }
+        if self.script.wakes
+            && let Some(reader) = self.reader.take()
+        {
+            reader.wake();
+        }
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn read_now(&mut self, buf: &mut [u8]) -> Option<io::Result<usize>> {
+        let tries = self.stats.tries.fetch_add(1, Ordering::SeqCst) + 1;
+        if !self.script.can {
+            return None;
+        }
+        if tries <= self.script.miss_first {
+            return Some(Err(io::ErrorKind::WouldBlock.into()));
+        }
+        let read = self.take(buf);
+        if matches!(read, Ok(n) if n > 0) {
+            self.stats.found.fetch_add(1, Ordering::SeqCst);
+        }
+        Some(read)
+    }
+
+    fn socket(&self) -> SocketRef<'_> {
+        SocketRef::new(&self.socket)
+    }
+}
