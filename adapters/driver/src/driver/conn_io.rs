@@ -400,7 +400,7 @@ impl Driver {
         let limit = read_limit(
             open.inbound.len(),
             open.inbound.capacity() - open.inbound.len(),
-            MIN_READ,
+            self.read_buf.len(),
             open.sizing.piece,
         );
         let Some(read) = open.stream.read_now(&mut self.read_buf[..limit]) else {
