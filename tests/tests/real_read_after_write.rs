@@ -2,7 +2,7 @@
 //! that asks for them has the driver read a connection as soon as the socket took a whole
 //! write, before the stream wakes it; after a read that finds nothing, seven writes pass
 //! before the next one; a stream that cannot is not asked again; and a runtime that does not
-//! ask (the default, and tokio's multi-thread runtime) is never read that way.
+//! ask (the default, tokio's multi-thread runtime, async-std) is never read that way.
 //!
 //! The driver's side runs on in-memory streams, deterministic and with no socket traffic:
 //! their peer answers each write at once, and they count the reads. tokio's own `read_now`
@@ -94,6 +94,12 @@ fn the_end_of_the_stream_found_right_after_a_write_closes_the_connection() {
         "{outcome:?}"
     );
     assert_eq!(stats.tries.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn smol_asks_and_async_std_does_not() {
+    assert!(keepwire_smol::SmolRuntime::new().read_after_write());
+    assert!(!keepwire_async_std::AsyncStdRuntime.read_after_write());
 }
 
 #[test]

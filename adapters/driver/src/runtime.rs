@@ -102,14 +102,13 @@ pub trait Runtime: Send + Sync + fmt::Debug + 'static {
     ///
     /// A peer on the same machine often answers before the write that woke it returns (its
     /// thread runs on the writer's CPU and preempts it). Reading then skips the wait on the
-    /// reactor: on tokio's current_thread runtime a round trip to a loopback echo server took
-    /// 0.8 µs less, about an eighth (BENCHMARKS.md, "A read right after the write, on
-    /// current_thread only"). Only a runtime that runs the driver and its callers on one
-    /// thread should say yes. On a work-stealing one, the driver and a caller then wake each
-    /// other with no park between them: tokio's multi-thread scheduler lets such a chain run
-    /// three tasks on one worker, then hands the next to another worker, and the round trip
-    /// got slower. keepwire-tokio says yes on a current_thread runtime only; keepwire-smol and
-    /// keepwire-async-std do not (their streams cannot read now).
+    /// reactor: a round trip to a loopback echo server took 0.8 µs less on tokio's
+    /// current_thread runtime (about an eighth) and 2.2 µs less on smol (BENCHMARKS.md, "A
+    /// read right after the write"). The driver and a caller then wake each other with no
+    /// park between them, which a scheduler may not like: tokio's multi-thread one lets such a
+    /// chain run three tasks on one worker, then hands the next to another worker, and the
+    /// round trip got slower. keepwire-tokio says yes on a current_thread runtime only,
+    /// keepwire-smol says yes, and keepwire-async-std does not (not measured).
     ///
     /// The driver reads after a write that the socket took whole. After a read that finds
     /// nothing, it lets seven writes pass before it tries again. A remote peer's answer never
