@@ -11,8 +11,8 @@
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -300,7 +300,8 @@ impl Runtime for EchoRuntime {
     ) -> BoxFuture<'static, io::Result<Box<dyn IoStream>>> {
         let stream = EchoStream {
             socket: socket.into_std(),
-            echoed: Mutex::default(),
+            echoed: Vec::new(),
+            closed: false,
             reader: None,
             script: self.script,
             stats: Arc::clone(&self.stats),
@@ -325,27 +326,27 @@ impl Runtime for EchoRuntime {
 struct EchoStream {
     /// Never connected; only for the driver's option reads.
     socket: std::net::TcpStream,
-    /// The answers not yet read, and whether the peer closed.
-    echoed: Mutex<(Vec<u8>, bool)>,
+    /// The answers not yet read.
+    echoed: Vec<u8>,
+    /// The peer closed.
+    closed: bool,
     reader: Option<Waker>,
     script: Script,
     stats: Arc<Stats>,
 }
 
 impl EchoStream {
-    fn take(&self, buf: &mut [u8]) -> io::Result<usize> {
-        let mut echoed = self.echoed.lock().unwrap();
-        let (answers, closed) = &mut *echoed;
-        if answers.is_empty() {
-            return if *closed {
+    fn take(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.echoed.is_empty() {
+            return if self.closed {
                 Ok(0)
             } else {
                 Err(io::ErrorKind::WouldBlock.into())
             };
         }
-        let n = buf.len().min(answers.len());
-        buf[..n].copy_from_slice(&answers[..n]);
-        answers.drain(..n);
+        let n = buf.len().min(self.echoed.len());
+        buf[..n].copy_from_slice(&self.echoed[..n]);
+        self.echoed.drain(..n);
         Ok(n)
     }
 }
@@ -362,13 +363,10 @@ impl IoStream for EchoStream {
     }
 
     fn poll_write(&mut self, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        {
-            let mut echoed = self.echoed.lock().unwrap();
-            if self.script.ends {
-                echoed.1 = true;
-            } else {
-                echoed.0.extend_from_slice(buf);
-            }
+        if self.script.ends {
+            self.closed = true;
+        } else {
+            self.echoed.extend_from_slice(buf);
         }
         if self.script.wakes
             && let Some(reader) = self.reader.take()

@@ -62,6 +62,10 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///         self.inner.new_timer(deadline)
 ///     }
 ///
+///     fn read_after_write(&self) -> bool {
+///         self.inner.read_after_write()
+///     }
+///
 ///     fn spawn(&self, future: BoxFuture<'static, ()>) {
 ///         self.spawned.fetch_add(1, Ordering::Relaxed);
 ///         self.inner.spawn(future);
@@ -110,8 +114,9 @@ pub trait Runtime: Send + Sync + fmt::Debug + 'static {
     /// round trip got slower. keepwire-tokio says yes on a current_thread runtime only,
     /// keepwire-smol says yes, and keepwire-async-std does not (not measured).
     ///
-    /// The driver reads after a write that the socket took whole. After a read that finds
-    /// nothing, it lets seven writes pass before it tries again. A remote peer's answer never
+    /// The driver reads after a write that the stream took whole, if the stream can
+    /// ([`IoStream::read_now`]; a TLS stream cannot). After a read that finds nothing, it lets
+    /// seven writes pass before it tries again. A remote peer's answer never
     /// comes within the write, so against one this costs a `recv` every eighth write.
     fn read_after_write(&self) -> bool {
         false

@@ -338,9 +338,8 @@ impl Driver {
                 ),
             }
         }
-        // Counted off only for a write the socket took whole.
-        let read_after = plain
-            && matches!(written, Poll::Ready(Ok(n)) if n == total && n > 0)
+        // Counted off only for a write the stream took whole (holding none of it, above).
+        let read_after = matches!(written, Poll::Ready(Ok(n)) if n == total && n > 0)
             && open.read_after_write.due();
         let now = self.now();
         match written {
@@ -379,7 +378,7 @@ impl Driver {
         }
     }
 
-    /// Reads `conn` right after a write that its socket took whole, before the stream wakes
+    /// Reads `conn` right after a write that its stream took whole, before the stream wakes
     /// the driver ([`Runtime::read_after_write`]): a peer on the same machine may have
     /// answered already. What it reads is decoded at once, as [`fill`](Self::fill) would;
     /// nothing read leaves the connection to its wake, as before. A connection whose decoding
