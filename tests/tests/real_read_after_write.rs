@@ -133,9 +133,10 @@ fn tokio_reads_now_what_came_after_its_stream_found_the_socket_dry() {
             stream.read_now(&mut buf).unwrap().unwrap_err().kind(),
             io::ErrorKind::WouldBlock
         );
-        // Arrived, with no turn of tokio's reactor since (no await in between).
+        // Read with no turn of tokio's reactor since (no await in between; a loaded machine
+        // may deliver the bytes a moment after the write returns).
         peer.write_all(b"first").unwrap();
-        let read = stream.read_now(&mut buf).unwrap().unwrap();
+        let read = read_now_within(&mut stream, &mut buf);
         assert_eq!(&buf[..read], b"first");
         assert_eq!(
             stream.read_now(&mut buf).unwrap().unwrap_err().kind(),
@@ -152,6 +153,21 @@ fn tokio_reads_now_what_came_after_its_stream_found_the_socket_dry() {
         .unwrap();
         assert_eq!(&buf[..read], b"second");
     });
+}
+
+/// `stream.read_now` until it reads something (at most 5 s), sleeping the thread between
+/// tries: no reactor runs meanwhile.
+fn read_now_within(stream: &mut dyn IoStream, buf: &mut [u8]) -> usize {
+    let start = Instant::now();
+    loop {
+        match stream.read_now(buf).unwrap() {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                assert!(start.elapsed() < Duration::from_secs(5), "nothing to read");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            read => return read.unwrap(),
+        }
+    }
 }
 
 fn current_thread() -> tokio::runtime::Runtime {
