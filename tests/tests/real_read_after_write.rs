@@ -1,7 +1,8 @@
 //! Reads right after a write (`Runtime::read_after_write`, `IoStream::read_now`): a runtime
 //! that asks for them has the driver read a connection as soon as the socket took a whole
 //! write, before the stream wakes it; after a read that finds nothing, seven writes pass
-//! before the next one; a stream that cannot is not asked again; and a runtime that does not
+//! before the next one; a stream that cannot is not asked again; the end of the stream or an
+//! error found that way ends the connection as any read's would; and a runtime that does not
 //! ask (the default, tokio's multi-thread runtime, async-std) is never read that way.
 //!
 //! The driver's side runs on in-memory streams, deterministic and with no socket traffic:
@@ -70,18 +71,25 @@ fn a_stream_that_cannot_read_now_is_asked_once() {
 }
 
 #[test]
+fn reads_right_after_writes_go_on_past_the_connection_s_first_chunk() {
+    // 2,000 answers of 43 bytes: more than one 64 KiB chunk of the connection's buffer.
+    let counts = run(true, Script::answer_now_only(), 2000);
+    assert_eq!(counts.answered, 2000);
+    assert_eq!(counts.found, 2000);
+}
+
+#[test]
+fn an_interrupted_read_right_after_a_write_is_tried_again_at_the_next() {
+    // Neither bytes nor nothing: no write is let pass, and the stream's wake brings the
+    // answers.
+    let counts = run(true, Script::failing(io::ErrorKind::Interrupted, true), 20);
+    assert_eq!(counts.answered, 20);
+    assert_eq!(counts.tries, 20);
+}
+
+#[test]
 fn the_end_of_the_stream_found_right_after_a_write_closes_the_connection() {
-    let tokio = current_thread();
-    let stats = Arc::new(Stats::default());
-    let client = client(&tokio, true, Script::ends(), &stats);
-    let outcome = tokio.block_on(async {
-        let node = client.initial_nodes()[0];
-        let outcome = client
-            .send(Target::Node(node), PAYLOAD, Duration::from_secs(3))
-            .await;
-        client.shutdown().await;
-        outcome
-    });
+    let (outcome, tries) = first_outcome(Script::ends());
     assert!(
         matches!(
             outcome,
@@ -93,7 +101,25 @@ fn the_end_of_the_stream_found_right_after_a_write_closes_the_connection() {
         ),
         "{outcome:?}"
     );
-    assert_eq!(stats.tries.load(Ordering::SeqCst), 1);
+    assert_eq!(tries, 1);
+}
+
+#[test]
+fn an_error_found_right_after_a_write_closes_the_connection_with_it() {
+    // The stream never wakes the driver: only the read right after the write can end it.
+    let (outcome, tries) = first_outcome(Script::failing(io::ErrorKind::ConnectionReset, false));
+    assert!(
+        matches!(
+            outcome,
+            Err(SendError::ConnectionLost {
+                cause: CloseReason::Io(Failure::Reset),
+                sent: Sent::Fully,
+                retried: false,
+            })
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(tries, 1);
 }
 
 #[test]
@@ -196,7 +222,10 @@ fn run(asks: bool, script: Script, requests: usize) -> Counts {
             let answer = client
                 .send(Target::Node(node), PAYLOAD, Duration::from_secs(3))
                 .await;
-            answered += usize::from(answer.is_ok_and(|a| a == PAYLOAD));
+            if !answer.is_ok_and(|a| a == PAYLOAD) {
+                break; // one unanswered is enough to fail, without waiting out the rest
+            }
+            answered += 1;
         }
         client.shutdown().await;
         answered
@@ -206,6 +235,22 @@ fn run(asks: bool, script: Script, requests: usize) -> Counts {
         tries: stats.tries.load(Ordering::SeqCst),
         found: stats.found.load(Ordering::SeqCst),
     }
+}
+
+/// The outcome of one request on a runtime that asks, and the reads right after writes tried.
+fn first_outcome(script: Script) -> (Result<bytes::Bytes, SendError>, usize) {
+    let tokio = current_thread();
+    let stats = Arc::new(Stats::default());
+    let client = client(&tokio, true, script, &stats);
+    let outcome = tokio.block_on(async {
+        let node = client.initial_nodes()[0];
+        let outcome = client
+            .send(Target::Node(node), PAYLOAD, Duration::from_secs(3))
+            .await;
+        client.shutdown().await;
+        outcome
+    });
+    (outcome, stats.tries.load(Ordering::SeqCst))
 }
 
 fn client(
@@ -246,6 +291,8 @@ struct Script {
     wakes: bool,
     /// The peer closes instead of answering.
     ends: bool,
+    /// `read_now` fails with this error, every time.
+    fails: Option<io::ErrorKind>,
 }
 
 impl Script {
@@ -255,6 +302,7 @@ impl Script {
             miss_first: 0,
             wakes: false,
             ends: false,
+            fails: None,
         }
     }
 
@@ -264,6 +312,7 @@ impl Script {
             miss_first,
             wakes: true,
             ends: false,
+            fails: None,
         }
     }
 
@@ -271,6 +320,14 @@ impl Script {
         Self {
             can: false,
             ..Self::woken(0)
+        }
+    }
+
+    fn failing(error: io::ErrorKind, wakes: bool) -> Self {
+        Self {
+            fails: Some(error),
+            wakes,
+            ..Self::answer_now_only()
         }
     }
 
@@ -396,6 +453,9 @@ impl IoStream for EchoStream {
         let tries = self.stats.tries.fetch_add(1, Ordering::SeqCst) + 1;
         if !self.script.can {
             return None;
+        }
+        if let Some(error) = self.script.fails {
+            return Some(Err(error.into()));
         }
         if tries <= self.script.miss_first {
             return Some(Err(io::ErrorKind::WouldBlock.into()));
