@@ -79,6 +79,44 @@ fn reads_right_after_writes_go_on_past_the_connection_s_first_chunk() {
 }
 
 #[test]
+fn a_write_finds_room_for_its_read_even_with_the_buffer_full_of_part_of_an_answer() {
+    // Two requests larger than the connection's 64 KiB chunk, queued together: each goes out
+    // in a write of its own in one round. The read after the first write fills the chunk
+    // with part of the first answer; the read after the second must make room first (a read
+    // of nothing would look like the end of the stream).
+    let tokio = current_thread();
+    let stats = Arc::new(Stats::default());
+    let client = client(&tokio, true, Script::woken(0), &stats);
+    let large = |byte: u8| vec![byte; 70_000];
+    let answers = tokio.block_on(async {
+        let node = client.initial_nodes()[0];
+        let sends: Vec<_> = [1u8, 2]
+            .map(|byte| {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let send = client.send(Target::Node(node), large(byte), Duration::from_secs(3));
+                    send.await
+                })
+            })
+            .into_iter()
+            .collect();
+        let mut answers = Vec::new();
+        for send in sends {
+            answers.push(send.await.unwrap());
+        }
+        client.shutdown().await;
+        answers
+    });
+    for (answer, byte) in answers.into_iter().zip([1u8, 2]) {
+        assert!(
+            answer.as_ref().is_ok_and(|a| *a == large(byte)),
+            "{answer:?}"
+        );
+    }
+    assert!(stats.found.load(Ordering::SeqCst) >= 2);
+}
+
+#[test]
 fn an_interrupted_read_right_after_a_write_is_tried_again_at_the_next() {
     // Neither bytes nor nothing: no write is let pass, and the stream's wake brings the
     // answers.
@@ -287,7 +325,8 @@ struct Script {
     can: bool,
     /// `read_now` calls that report nothing even with an answer buffered (`WouldBlock`).
     miss_first: usize,
-    /// A write wakes the stream's read (else only `read_now` can take the answers).
+    /// A write wakes the stream's read (else its read is never ready, and only `read_now`
+    /// can take the answers).
     wakes: bool,
     /// The peer closes instead of answering.
     ends: bool,
@@ -426,6 +465,9 @@ impl EchoStream {
 
 impl IoStream for EchoStream {
     fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        if !self.script.wakes {
+            return Poll::Pending; // never woken, so never ready either
+        }
         match self.take(buf) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 self.reader = Some(cx.waker().clone());
