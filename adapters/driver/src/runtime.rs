@@ -388,8 +388,8 @@ pub trait IoStream: Send + fmt::Debug + 'static {
     /// returns the bytes read, `Ok(0)` at the end of the stream, or an error
     /// (`WouldBlock` if nothing is there). It must not change what the stream's
     /// [`poll_read`](Self::poll_read) has registered: a wake the read made pointless still
-    /// comes, and the read after it finds nothing. keepwire's tokio stream reads the socket
-    /// with one `recv`, past tokio's record of its readiness.
+    /// comes, and the read after it finds nothing. keepwire's tokio and async-io streams read
+    /// the socket with one `recv`, past the reactor's record of its readiness.
     fn read_now(&mut self, buf: &mut [u8]) -> Option<io::Result<usize>> {
         let _ = buf;
         None
