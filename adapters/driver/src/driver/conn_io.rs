@@ -25,7 +25,7 @@ use std::task::{Context, Poll};
 use bytes::BytesMut;
 use keepwire_proto::{ConnId, Failure, Instant, Violation};
 
-use super::chunks::Sizing;
+use super::chunks::{Pools, Sizing};
 use super::wake::{ReadWake, Wakeups};
 use super::{Conn, Driver, contain, round_now};
 use crate::client::ClientEvent;
@@ -109,6 +109,27 @@ fn read_limit(held: usize, room: usize, limit: usize, response_len: usize) -> us
     }
     let end = (held + room) / response_len * response_len;
     if end > held { end - held } else { room }
+}
+
+/// Makes room in a connection's buffer for a read (a fresh chunk, or a larger buffer, once
+/// less than [`MIN_READ`] is left: `Pools::reserve`) and returns how much the read may ask
+/// for: at most `max`, and no further than where a response ends if it would fill the chunk
+/// ([`read_limit`]).
+fn room_for_read(
+    inbound: &mut BytesMut,
+    sizing: &mut Sizing,
+    chunks: &mut Pools,
+    max: usize,
+) -> usize {
+    if inbound.capacity() - inbound.len() < MIN_READ {
+        chunks.reserve(inbound, sizing, MIN_READ);
+    }
+    read_limit(
+        inbound.len(),
+        inbound.capacity() - inbound.len(),
+        max,
+        sizing.piece,
+    )
 }
 
 /// How a pass of [`Driver::decode`] over a connection's buffer ended.
@@ -392,15 +413,11 @@ impl Driver {
         if open.paused {
             return;
         }
-        if open.inbound.capacity() - open.inbound.len() < MIN_READ {
-            self.chunks
-                .reserve(&mut open.inbound, &mut open.sizing, MIN_READ);
-        }
-        let limit = read_limit(
-            open.inbound.len(),
-            open.inbound.capacity() - open.inbound.len(),
+        let limit = room_for_read(
+            &mut open.inbound,
+            &mut open.sizing,
+            &mut self.chunks,
             self.read_buf.len(),
-            open.sizing.piece,
         );
         let Some(read) = open.stream.read_now(&mut self.read_buf[..limit]) else {
             open.read_after_write.0 = None; // the stream cannot: never again
@@ -466,15 +483,11 @@ impl Driver {
             // scratch buffer.
             let room = open.inbound.capacity() - open.inbound.len();
             let read = if room >= MIN_READ || self.pool.in_flight(conn.node()) != Some(0) {
-                if room < MIN_READ {
-                    self.chunks
-                        .reserve(&mut open.inbound, &mut open.sizing, MIN_READ);
-                }
-                let limit = read_limit(
-                    open.inbound.len(),
-                    open.inbound.capacity() - open.inbound.len(),
+                let limit = room_for_read(
+                    &mut open.inbound,
+                    &mut open.sizing,
+                    &mut self.chunks,
                     self.read_buf.len(),
-                    open.sizing.piece,
                 );
                 open.stream
                     .poll_read_buf(cx, &mut open.inbound, limit, &mut self.read_buf)
