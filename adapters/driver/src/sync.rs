@@ -136,10 +136,10 @@ impl<C> Inbox<C> {
         // took happened before that take, and is seen), and its push marks the inbox again,
         // so the next round takes it. At one request in flight every round that takes a
         // command ends with this look: about two locked instructions fewer per request.
-        if !self.queue.ring.is_empty() {
-            if let Ok(command) = self.queue.ring.pop() {
-                return Some(command);
-            }
+        if !self.queue.ring.is_empty()
+            && let Ok(command) = self.queue.ring.pop()
+        {
+            return Some(command);
         }
         // The ring is empty: the overflow list's commands come after its.
         if self.queue.overflowing.load(Ordering::Acquire) {
