@@ -181,6 +181,10 @@ fn reads_that_would_fill_a_chunk_stop_where_a_response_ends() {
     let reads = reads.lock().unwrap();
     assert!(reads.checked > 100, "only {} reads checked", reads.checked);
     assert!(reads.misaligned.is_empty(), "{:?}", reads.misaligned);
+    // Every response went into a chunk in place, the first included (read into a connection
+    // that had no chunk yet): none through the scratch buffer and copied from it.
+    assert_eq!(reads.total, 40 * 64 * RESPONSE);
+    assert_eq!(reads.copied, 0, "bytes read through the scratch buffer");
 }
 
 /// The most a [`Recording`] stream reads at a time: not a multiple of [`RESPONSE`].
@@ -189,8 +193,11 @@ const SHORT_READ: usize = 4000;
 /// What the recording stream saw of the driver's reads.
 #[derive(Debug, Default)]
 struct Reads {
-    /// Bytes read so far.
+    /// Bytes read so far in place ([`IoStream::poll_read_buf`]).
     total: usize,
+    /// Bytes read through the scratch buffer ([`IoStream::poll_read`]), which the driver
+    /// uses only for a connection that awaits no response.
+    copied: usize,
     /// Reads made after a whole response had been read (so decoded before them).
     checked: usize,
     /// Those whose ask, `(held, room, limit)`, would end inside a response.
@@ -239,7 +246,11 @@ struct Recording {
 
 impl IoStream for Recording {
     fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        self.inner.poll_read(cx, buf)
+        let read = self.inner.poll_read(cx, buf);
+        if let Poll::Ready(Ok(n)) = read {
+            self.reads.lock().unwrap().copied += n;
+        }
+        read
     }
 
     fn poll_read_buf(
