@@ -71,9 +71,19 @@ impl IoStream for Async<TcpStream> {
 /// was still unanswered when its next read would have blocked: async-io then said ready for
 /// that event and read the socket a third time before registering the waker (two failing
 /// `recv`s per wake). Here a read that would have blocked marks the stream dry, and the next
-/// read first asks [`Async::poll_readable`] (which answers that event, or registers the
-/// waker and returns `Pending` with no `recv`). A read that returned bytes reads again at
-/// once, as before: more may have come while they were decoded.
+/// read first asks [`Async::poll_readable`], which answers that event. A read that returned
+/// bytes reads again at once, as before: more may have come while they were decoded.
+///
+/// A dry stream reads even when the reactor says not ready. async-io counts an event as new
+/// only if the reactor delivered it in a later turn than the one under way when the waker
+/// was registered. On a single thread the reactor is never under way then; on an executor
+/// with several threads it often is (another thread waits in it), and an answer that comes
+/// within that same turn wakes the driver, yet `poll_readable` says not ready, once more
+/// registers the waker and re-arms the socket, and the answer waits for another turn and
+/// another wake. On smol with two threads that was one round trip in three at one in flight,
+/// and twice the median round trip of a hand-written client (BENCHMARKS.md, "A dry stream
+/// reads when woken"). The read costs one failing `recv` only when the driver polls a stream
+/// that nothing woke.
 #[derive(Debug)]
 struct Stream {
     io: Async<TcpStream>,
@@ -83,16 +93,23 @@ struct Stream {
 
 impl IoStream for Stream {
     fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        // Ready answers the event that woke the driver; not ready has registered the waker,
+        // and the read below finds what an event in the reactor's turn under way announced.
+        if self.dry
+            && let Poll::Ready(ready) = self.io.poll_readable(cx)
+        {
+            ready?;
+        }
         loop {
-            if self.dry {
-                ready!(self.io.poll_readable(cx))?;
-            }
             match self.io.get_ref().read(buf) {
                 Ok(n) => {
                     self.dry = false;
                     return Poll::Ready(Ok(n));
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.dry = true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.dry = true;
+                    ready!(self.io.poll_readable(cx))?;
+                }
                 Err(e) => return Poll::Ready(Err(e)),
             }
         }
@@ -282,6 +299,50 @@ mod tests {
             peer.write_all(b"second").unwrap();
             let read = block_on(poll_fn(|cx| stream.poll_read(cx, &mut buf))).unwrap();
             assert_eq!(&buf[..read], b"second");
+        }
+    }
+
+    /// Counts its wakes.
+    #[derive(Default)]
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Wakes {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.wake_by_ref();
+        }
+
+        fn wake_by_ref(self: &std::sync::Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// A stream found dry, then woken by the reactor for an answer, reads the answer at the
+    /// next poll. Here async-io's own thread runs the reactor (no `async_io::block_on` in this
+    /// test), as another executor thread does under smol or async-std with several: it waits
+    /// in a turn of the reactor while the stream registers its waker, and delivers the answer
+    /// in that same turn, which `poll_readable` does not count as new. Asking the reactor
+    /// alone, the poll registered the waker again and the answer waited for another turn and
+    /// another wake.
+    #[test]
+    fn a_dry_stream_woken_by_the_reactor_reads_at_the_next_poll() {
+        let (mut stream, mut peer) = connected();
+        let wakes = std::sync::Arc::new(Wakes::default());
+        let waker = std::task::Waker::from(std::sync::Arc::clone(&wakes));
+        let cx = &mut Context::from_waker(&waker);
+        let mut buf = [0; 16];
+        for round in 0..20 {
+            assert!(stream.poll_read(cx, &mut buf).is_pending(), "round {round}: dry");
+            let before = wakes.0.load(std::sync::atomic::Ordering::SeqCst);
+            peer.write_all(b"answer").unwrap();
+            let start = Instant::now();
+            while wakes.0.load(std::sync::atomic::Ordering::SeqCst) == before {
+                assert!(start.elapsed() < std::time::Duration::from_secs(10), "never woken");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            match stream.poll_read(cx, &mut buf) {
+                Poll::Ready(read) => assert_eq!(&buf[..read.unwrap()], b"answer"),
+                Poll::Pending => panic!("round {round}: woken, yet not read"),
+            }
         }
     }
 
