@@ -76,14 +76,14 @@ impl IoStream for Async<TcpStream> {
 ///
 /// A dry stream reads even when the reactor says not ready. async-io counts an event as new
 /// only if the reactor delivered it in a later turn than the one under way when the waker
-/// was registered. On a single thread the reactor is never under way then; on an executor
-/// with several threads it often is (another thread waits in it), and an answer that comes
-/// within that same turn wakes the driver, yet `poll_readable` says not ready, once more
-/// registers the waker and re-arms the socket, and the answer waits for another turn and
-/// another wake. On smol with two threads that was one round trip in three at one in flight,
-/// and twice the median round trip of a hand-written client (BENCHMARKS.md, "A dry stream
-/// reads when woken"). The read costs one failing `recv` only when the driver polls a stream
-/// that nothing woke.
+/// was registered. When the driver's thread is the one in the reactor, none is under way
+/// then; when another thread waits in it (smol or async-std with several executor threads),
+/// an answer that comes within that same turn wakes the driver, yet `poll_readable` says not
+/// ready, registers the waker again and re-arms the socket, and the answer waits for another
+/// turn and another wake. On smol with two threads at one request in flight that was 0.5–0.9
+/// more turns of the reactor per request, and a median round trip twice a hand-written
+/// client's (BENCHMARKS.md, "A dry stream reads when woken"). The read costs a failing `recv`
+/// only when the driver polls a dry stream that nothing woke.
 #[derive(Debug)]
 struct Stream {
     io: Async<TcpStream>,
