@@ -174,6 +174,10 @@ mod tests {
     use std::future::poll_fn;
     use std::io::Write;
     use std::net::TcpListener;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Wake, Waker};
+    use std::time::Duration;
 
     use bytes::BytesMut;
     use futures_lite::future::block_on;
@@ -289,8 +293,8 @@ mod tests {
             let read = loop {
                 match stream.read_now(&mut buf).unwrap() {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        assert!(start.elapsed() < std::time::Duration::from_secs(5));
-                        std::thread::sleep(std::time::Duration::from_millis(1));
+                        assert!(start.elapsed() < Duration::from_secs(5));
+                        std::thread::sleep(Duration::from_millis(1));
                     }
                     read => break read.unwrap(),
                 }
@@ -304,15 +308,15 @@ mod tests {
 
     /// Counts its wakes.
     #[derive(Default)]
-    struct Wakes(std::sync::atomic::AtomicUsize);
+    struct Wakes(AtomicUsize);
 
-    impl std::task::Wake for Wakes {
-        fn wake(self: std::sync::Arc<Self>) {
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
             self.wake_by_ref();
         }
 
-        fn wake_by_ref(self: &std::sync::Arc<Self>) {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
         }
     }
 
@@ -326,18 +330,21 @@ mod tests {
     #[test]
     fn a_dry_stream_woken_by_the_reactor_reads_at_the_next_poll() {
         let (mut stream, mut peer) = connected();
-        let wakes = std::sync::Arc::new(Wakes::default());
-        let waker = std::task::Waker::from(std::sync::Arc::clone(&wakes));
+        let wakes = Arc::new(Wakes::default());
+        let waker = Waker::from(Arc::clone(&wakes));
         let cx = &mut Context::from_waker(&waker);
         let mut buf = [0; 16];
         for round in 0..20 {
-            assert!(stream.poll_read(cx, &mut buf).is_pending(), "round {round}: dry");
-            let before = wakes.0.load(std::sync::atomic::Ordering::SeqCst);
+            assert!(
+                stream.poll_read(cx, &mut buf).is_pending(),
+                "round {round}: dry"
+            );
+            let before = wakes.0.load(Ordering::SeqCst);
             peer.write_all(b"answer").unwrap();
             let start = Instant::now();
-            while wakes.0.load(std::sync::atomic::Ordering::SeqCst) == before {
-                assert!(start.elapsed() < std::time::Duration::from_secs(10), "never woken");
-                std::thread::sleep(std::time::Duration::from_millis(1));
+            while wakes.0.load(Ordering::SeqCst) == before {
+                assert!(start.elapsed() < Duration::from_secs(10), "never woken");
+                std::thread::sleep(Duration::from_millis(1));
             }
             match stream.poll_read(cx, &mut buf) {
                 Poll::Ready(read) => assert_eq!(&buf[..read.unwrap()], b"answer"),
@@ -353,7 +360,7 @@ mod tests {
     fn a_reset_reads_as_an_error() {
         let (mut stream, peer) = connected();
         socket2::SockRef::from(&peer)
-            .set_linger(Some(std::time::Duration::ZERO))
+            .set_linger(Some(Duration::ZERO))
             .unwrap();
         drop(peer);
         let mut buf = [0; 16];
