@@ -4,7 +4,7 @@
 //! helper ([`netns`]), the three [`runtimes`] behind one trait, small async helpers that work
 //! on every runtime, a tracing subscriber and a metrics recorder that keep what they see
 //! ([`collect`]), [`tls`] (test certificates and loopback TLS servers), a codec with a bug
-//! ([`panicking`]), and [`sim`], a deterministic simulator of kernels, links and servers
+//! ([`panicking`]), an in-memory echoing peer ([`memory`]), and [`sim`], a deterministic simulator of kernels, links and servers
 //! around the real `Pool` (with the incident replays and the chaos runs). The tests live in
 //! `tests/real_*.rs` (real sockets, every runtime) and `tests/sim_*.rs` (simulated clock,
 //! keepwire-proto only: [`sim`], and for `sim_availability.rs` the older scripted simulator in
@@ -18,6 +18,7 @@
 pub mod collect;
 pub mod dns;
 pub mod load;
+pub mod memory;
 pub mod names;
 pub mod netns;
 pub mod panicking;

@@ -11,16 +11,15 @@
 
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use keepwire_driver::{
-    BoxFuture, ClientBuilder, CloseReason, Failure, IoStream, PreparedSocket, ResolveError,
-    Runtime, SendError, Sent, SocketRef, Target, Timer,
+    ClientBuilder, CloseReason, Failure, IoStream, Runtime, SendError, Sent, SocketRef, Target,
 };
+use keepwire_tests::memory::{Echo, InMemory};
 use keepwire_tests::test_config;
 use keepwire_tokio::TokioRuntime;
 
@@ -297,12 +296,16 @@ fn client(
     script: Script,
     stats: &Arc<Stats>,
 ) -> keepwire_driver::Client {
-    let runtime = Arc::new(EchoRuntime {
-        inner: TokioRuntime::from_handle(tokio.handle().clone()),
-        asks,
-        script,
-        stats: Arc::clone(stats),
-    });
+    let stats = Arc::clone(stats);
+    let tokio = Arc::new(TokioRuntime::from_handle(tokio.handle().clone()));
+    let runtime = Arc::new(InMemory::new(tokio, asks, move |socket| {
+        Box::new(EchoStream {
+            socket,
+            echo: Echo::default(),
+            script,
+            stats: Arc::clone(&stats),
+        })
+    }));
     // Never connected to (the runtime's connect makes no connection): loopback, for form.
     ClientBuilder::new(test_config())
         .node(SocketAddr::from(([127, 0, 0, 1], 9)))
@@ -378,89 +381,15 @@ impl Script {
     }
 }
 
-/// tokio's runtime, saying `asks` to reads right after writes; a connect hands out an
-/// [`EchoStream`] over the prepared socket, left unconnected.
-#[derive(Debug)]
-struct EchoRuntime {
-    inner: TokioRuntime,
-    asks: bool,
-    script: Script,
-    stats: Arc<Stats>,
-}
-
-impl Runtime for EchoRuntime {
-    fn now(&self) -> Instant {
-        self.inner.now()
-    }
-
-    fn read_after_write(&self) -> bool {
-        self.asks
-    }
-
-    fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn Timer>> {
-        self.inner.new_timer(deadline)
-    }
-
-    fn spawn(&self, future: BoxFuture<'static, ()>) {
-        self.inner.spawn(future);
-    }
-
-    fn connect(
-        &self,
-        socket: PreparedSocket,
-        _addr: SocketAddr,
-    ) -> BoxFuture<'static, io::Result<Box<dyn IoStream>>> {
-        let stream = EchoStream {
-            socket: socket.into_std(),
-            echoed: Vec::new(),
-            closed: false,
-            reader: None,
-            script: self.script,
-            stats: Arc::clone(&self.stats),
-        };
-        Box::pin(std::future::ready(
-            Ok(Box::new(stream) as Box<dyn IoStream>),
-        ))
-    }
-
-    fn resolve(
-        &self,
-        host: &str,
-        port: u16,
-    ) -> BoxFuture<'static, Result<Vec<SocketAddr>, ResolveError>> {
-        self.inner.resolve(host, port)
-    }
-}
-
 /// A stream whose peer answers every request at once with the request itself (a
 /// `LengthPrefixed` response is its request's frame), or closes (`Script::ends`).
 #[derive(Debug)]
 struct EchoStream {
     /// Never connected; only for the driver's option reads.
     socket: std::net::TcpStream,
-    /// The answers not yet read.
-    echoed: Vec<u8>,
-    /// The peer closed.
-    closed: bool,
-    reader: Option<Waker>,
+    echo: Echo,
     script: Script,
     stats: Arc<Stats>,
-}
-
-impl EchoStream {
-    fn take(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.echoed.is_empty() {
-            return if self.closed {
-                Ok(0)
-            } else {
-                Err(io::ErrorKind::WouldBlock.into())
-            };
-        }
-        let n = buf.len().min(self.echoed.len());
-        buf[..n].copy_from_slice(&self.echoed[..n]);
-        self.echoed.drain(..n);
-        Ok(n)
-    }
 }
 
 impl IoStream for EchoStream {
@@ -468,24 +397,17 @@ impl IoStream for EchoStream {
         if !self.script.wakes {
             return Poll::Pending; // never woken, so never ready either
         }
-        match self.take(buf) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                self.reader = Some(cx.waker().clone());
-                Poll::Pending
-            }
-            read => Poll::Ready(read),
-        }
+        self.echo.poll_read(cx, buf)
     }
 
     fn poll_write(&mut self, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        if self.script.ends {
-            self.closed = true;
+        // A read waits only if the script lets writes wake it (`poll_read`, above).
+        let reader = if self.script.ends {
+            self.echo.close()
         } else {
-            self.echoed.extend_from_slice(buf);
-        }
-        if self.script.wakes
-            && let Some(reader) = self.reader.take()
-        {
+            self.echo.answer(buf)
+        };
+        if let Some(reader) = reader {
             reader.wake();
         }
         Poll::Ready(Ok(buf.len()))
@@ -502,7 +424,7 @@ impl IoStream for EchoStream {
         if tries <= self.script.miss_first {
             return Some(Err(io::ErrorKind::WouldBlock.into()));
         }
-        let read = self.take(buf);
+        let read = self.echo.read(buf);
         if matches!(read, Ok(n) if n > 0) {
             self.stats.found.fetch_add(1, Ordering::SeqCst);
         }

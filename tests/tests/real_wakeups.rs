@@ -25,6 +25,7 @@ use keepwire_driver::{
     BoxFuture, ClientBuilder, IoStream, NodeId, PreparedSocket, ResolveError, Runtime, SocketRef,
     Target, Timer,
 };
+use keepwire_tests::memory::{Echo, InMemory};
 use keepwire_tests::peers::{Behaviour, Peer};
 use keepwire_tests::test_config;
 use keepwire_tokio::TokioRuntime;
@@ -40,10 +41,15 @@ fn connections_that_woke_while_the_list_was_full_are_all_read() {
         .build()
         .unwrap();
     let gate = Arc::new(Gate::default());
-    let runtime = Arc::new(EchoRuntime {
-        inner: Arc::new(TokioRuntime::from_handle(tokio.handle().clone())),
-        gate: Arc::clone(&gate),
-    });
+    let held = Arc::clone(&gate);
+    let tokio_runtime = Arc::new(TokioRuntime::from_handle(tokio.handle().clone()));
+    let runtime = Arc::new(InMemory::new(tokio_runtime, false, move |socket| {
+        Box::new(EchoStream {
+            socket,
+            echo: Echo::default(),
+            gate: Arc::clone(&held),
+        })
+    }));
     // Never connected to (the runtime's connect makes no connection): loopback, for form.
     let addrs = (0..CONNECTIONS).map(|i| SocketAddr::from(([127, 0, 0, 1], 20_000 + i)));
     let client = ClientBuilder::new(test_config())
@@ -262,78 +268,23 @@ impl Default for Gate {
     }
 }
 
-/// tokio's runtime, but a connect hands out an [`EchoStream`] over the prepared socket, left
-/// unconnected.
-#[derive(Debug)]
-struct EchoRuntime {
-    inner: Arc<dyn Runtime>,
-    gate: Arc<Gate>,
-}
-
-impl Runtime for EchoRuntime {
-    fn now(&self) -> Instant {
-        self.inner.now()
-    }
-
-    fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn Timer>> {
-        self.inner.new_timer(deadline)
-    }
-
-    fn spawn(&self, future: BoxFuture<'static, ()>) {
-        self.inner.spawn(future);
-    }
-
-    fn connect(
-        &self,
-        socket: PreparedSocket,
-        _addr: SocketAddr,
-    ) -> BoxFuture<'static, io::Result<Box<dyn IoStream>>> {
-        let stream = EchoStream {
-            socket: socket.into_std(),
-            echoed: Vec::new(),
-            reader: None,
-            gate: Arc::clone(&self.gate),
-        };
-        Box::pin(std::future::ready(
-            Ok(Box::new(stream) as Box<dyn IoStream>),
-        ))
-    }
-
-    fn resolve(
-        &self,
-        host: &str,
-        port: u16,
-    ) -> BoxFuture<'static, Result<Vec<SocketAddr>, ResolveError>> {
-        self.inner.resolve(host, port)
-    }
-}
-
 /// A stream whose peer answers every request with the request itself (a `LengthPrefixed`
 /// response is its request's frame): what is written is read back.
 #[derive(Debug)]
 struct EchoStream {
     /// Never connected; only for the driver's option reads.
     socket: std::net::TcpStream,
-    echoed: Vec<u8>,
-    reader: Option<Waker>,
+    echo: Echo,
     gate: Arc<Gate>,
 }
 
 impl IoStream for EchoStream {
     fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        if self.echoed.is_empty() {
-            self.reader = Some(cx.waker().clone());
-            return Poll::Pending;
-        }
-        let n = buf.len().min(self.echoed.len());
-        buf[..n].copy_from_slice(&self.echoed[..n]);
-        self.echoed.drain(..n);
-        Poll::Ready(Ok(n))
+        self.echo.poll_read(cx, buf)
     }
 
     fn poll_write(&mut self, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        self.echoed.extend_from_slice(buf);
-        if let Some(reader) = self.reader.take() {
+        if let Some(reader) = self.echo.answer(buf) {
             if self.gate.open.load(Ordering::SeqCst) {
                 reader.wake();
             } else {
