@@ -212,6 +212,14 @@ impl ReadAfterWrite {
         }
     }
 
+    /// The stream cannot read now ([`IoStream::read_now`] said `None`): no read right after
+    /// any later write either.
+    ///
+    /// [`IoStream::read_now`]: crate::IoStream::read_now
+    fn cannot(&mut self) {
+        self.0 = None;
+    }
+
     /// What the read found: bytes, or nothing.
     fn found(&mut self, bytes: bool) {
         if let Some(skip) = &mut self.0 {
@@ -420,7 +428,7 @@ impl Driver {
             self.read_buf.len(),
         );
         let Some(read) = open.stream.read_now(&mut self.read_buf[..limit]) else {
-            open.read_after_write.0 = None; // the stream cannot: never again
+            open.read_after_write.cannot();
             return;
         };
         match read {
