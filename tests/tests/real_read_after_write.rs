@@ -297,8 +297,8 @@ fn client(
     stats: &Arc<Stats>,
 ) -> keepwire_driver::Client {
     let stats = Arc::clone(stats);
-    let tokio = Arc::new(TokioRuntime::from_handle(tokio.handle().clone()));
-    let runtime = Arc::new(InMemory::new(tokio, asks, move |socket| {
+    let inner = Arc::new(TokioRuntime::from_handle(tokio.handle().clone()));
+    let runtime = Arc::new(InMemory::new(inner, asks, move |socket| {
         Box::new(EchoStream {
             socket,
             echo: Echo::default(),

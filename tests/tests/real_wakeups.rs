@@ -42,8 +42,8 @@ fn connections_that_woke_while_the_list_was_full_are_all_read() {
         .unwrap();
     let gate = Arc::new(Gate::default());
     let held = Arc::clone(&gate);
-    let tokio_runtime = Arc::new(TokioRuntime::from_handle(tokio.handle().clone()));
-    let runtime = Arc::new(InMemory::new(tokio_runtime, false, move |socket| {
+    let inner = Arc::new(TokioRuntime::from_handle(tokio.handle().clone()));
+    let runtime = Arc::new(InMemory::new(inner, false, move |socket| {
         Box::new(EchoStream {
             socket,
             echo: Echo::default(),
