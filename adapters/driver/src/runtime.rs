@@ -113,7 +113,7 @@ pub trait Runtime: Send + Sync + fmt::Debug + 'static {
     /// chain run three tasks on one worker, then hands the next to another worker, and the
     /// round trip got slower. keepwire-tokio says yes on a current_thread runtime only;
     /// keepwire-smol and keepwire-async-std say yes (on async-std's executor, one request at
-    /// a time made 33–35 K requests per second against 26–27 K without it).
+    /// a time made 32.6–35.0 K requests per second against 26.2–26.8 K without it).
     ///
     /// The driver reads after a write that the stream took whole, if the stream can
     /// ([`IoStream::read_now`]; a TLS stream cannot). After a read that finds nothing, it lets
