@@ -93,8 +93,8 @@ impl Runtime for AsyncStdRuntime {
     }
 
     /// Yes: on async-std's executor (a thread per core), one request at a time to a loopback
-    /// echo server made 32.6–35.0 K requests per second against 26.2–26.8 K without it, median round
-    /// trips 24–26 µs against 30 µs (`keepwire-tests`' example
+    /// echo server made 32.6–35.0 K requests per second against 26.2–26.8 K without it,
+    /// median round trips 24–26 µs against 30 µs (`keepwire-tests`' example
     /// `async_std_read_after_write`; BENCHMARKS.md, "A dry stream reads when woken").
     fn read_after_write(&self) -> bool {
         true
