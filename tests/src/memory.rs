@@ -23,6 +23,7 @@ type OpenStream = dyn Fn(TcpStream) -> Box<dyn IoStream> + Send + Sync;
 pub struct InMemory {
     inner: Arc<dyn Runtime>,
     read_after_write: bool,
+    rounds_in_place: bool,
     open: Box<OpenStream>,
 }
 
@@ -37,8 +38,16 @@ impl InMemory {
         Self {
             inner,
             read_after_write,
+            rounds_in_place: false,
             open: Box::new(open),
         }
+    }
+
+    /// Lets callers run the driver's rounds in place (`Runtime::drive_here`, through
+    /// `inner`'s); by default they never do, and every send goes to the driver's task.
+    pub fn with_rounds_in_place(mut self) -> Self {
+        self.rounds_in_place = true;
+        self
     }
 }
 
@@ -47,6 +56,7 @@ impl fmt::Debug for InMemory {
         f.debug_struct("InMemory")
             .field("inner", &self.inner)
             .field("read_after_write", &self.read_after_write)
+            .field("rounds_in_place", &self.rounds_in_place)
             .finish_non_exhaustive()
     }
 }
@@ -66,6 +76,10 @@ impl Runtime for InMemory {
 
     fn read_after_write(&self) -> bool {
         self.read_after_write
+    }
+
+    fn drive_here(&self, run: &mut dyn FnMut()) -> bool {
+        self.rounds_in_place && self.inner.drive_here(run)
     }
 
     fn spawn(&self, future: BoxFuture<'static, ()>) {

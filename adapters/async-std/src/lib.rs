@@ -100,6 +100,11 @@ impl Runtime for AsyncStdRuntime {
         true
     }
 
+    fn drive_here(&self, run: &mut dyn FnMut()) -> bool {
+        run();
+        true
+    }
+
     fn spawn(&self, future: BoxFuture<'static, ()>) {
         drop(async_std::task::spawn(future));
     }

@@ -17,7 +17,7 @@ use keepwire_proto::{
 };
 
 use crate::codec::{Codec, LengthPrefixed};
-use crate::driver::{Command, Driver, DriverChannels, NodeOp};
+use crate::driver::{Command, Driver, DriverChannels, NodeOp, Shared};
 use crate::error::{BuildError, CommandError, SendError};
 use crate::handshake::{HandshakeError, HandshakeHook};
 use crate::ready::Readiness;
@@ -159,9 +159,11 @@ impl ClientBuilder {
         )?;
         let runtime = driver.runtime();
         let seed = driver.seed();
-        runtime.spawn(Box::pin(driver));
+        let (driver, task) = Shared::new(driver);
+        runtime.spawn(Box::pin(task));
         Ok(Client {
             handle: Arc::new(Handle {
+                driver,
                 outbox,
                 events,
                 readiness,
@@ -299,6 +301,8 @@ pub struct Client {
 struct Handle {
     /// The only strong sender of the driver's command queue.
     outbox: Outbox<Command>,
+    /// The driver, for a send to run its round in place.
+    driver: Arc<Shared>,
     events: HubHandle<ClientEvent>,
     readiness: Arc<Readiness>,
     /// The reply slots of sends that are over, for the next sends.
@@ -350,9 +354,10 @@ impl Client {
             timeout: nanos_of(timeout),
             reply,
         };
-        if self.handle.push(command).is_err() {
+        if self.handle.outbox.push(command).is_err() {
             return Err(SendError::Shutdown);
         }
+        self.handle.driver.deliver();
         CancelOnDrop {
             receiver,
             handle: &self.handle,

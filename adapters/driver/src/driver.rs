@@ -23,7 +23,6 @@
 use std::any::Any;
 use std::cell::Cell;
 use std::collections::HashSet;
-use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -55,6 +54,7 @@ mod conn_table;
 mod ids;
 mod ready;
 mod setup;
+mod task;
 mod waiters;
 mod wake;
 
@@ -64,6 +64,7 @@ use conn_io::{OpenConn, WriteBufs};
 use conn_table::ConnTable;
 use ids::Ids;
 use setup::Connecting;
+pub(crate) use task::Shared;
 use waiters::Waiters;
 use wake::{TimerWake, Wakeups};
 
@@ -132,6 +133,10 @@ pub(crate) struct Driver {
     /// Connections being set up (connecting or handshaking), to poll in the next round; a
     /// round visits these and the open connections that woke, never the whole map.
     setups: Vec<ConnId>,
+    /// The rounds under way run in a caller's poll ([`task`]): a write is followed by a read.
+    in_place: bool,
+    /// Whether the driver's task reads right after a write ([`Runtime::read_after_write`]).
+    task_reads_after_write: bool,
 }
 
 /// What a round left undone that no waker will bring back: a reason for another round before
@@ -212,7 +217,7 @@ impl Driver {
             hub,
             readiness,
         } = channels;
-        let driver = Self {
+        let mut driver = Self {
             runtime,
             origin,
             pool,
@@ -246,7 +251,10 @@ impl Driver {
             wakeups,
             paused: Vec::new(),
             setups: Vec::new(),
+            in_place: false,
+            task_reads_after_write: false,
         };
+        driver.task_reads_after_write = driver.runtime.read_after_write();
         Ok((driver, ids))
     }
 
@@ -591,9 +599,7 @@ impl Driver {
     }
 }
 
-impl Future for Driver {
-    type Output = ();
-
+impl Driver {
     /// Rounds until one leaves nothing for another (every source has the waker then; see
     /// [`Driver::round`]), or until one that answered more than one caller. Then the driver
     /// yields (wakes itself and returns): the callers it answered run before its next round,
@@ -608,9 +614,8 @@ impl Future for Driver {
     /// half of its requests in flight; `conn_io`), so a batch of answers is answered over
     /// several polls, and the first callers' next requests are written before the last
     /// callers are answered.
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let this = self.get_mut();
-        this.wakeups.register_task(cx.waker());
+    fn poll_rounds(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self;
         for _ in 0..ROUNDS_PER_POLL {
             let answered = this.answered;
             let again = this.round(cx);

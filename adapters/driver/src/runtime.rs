@@ -100,9 +100,9 @@ pub trait Runtime: Send + Sync + fmt::Debug + 'static {
     /// A timer that fires at `deadline` (on the same clock as [`Runtime::now`]).
     fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn Timer>>;
 
-    /// Whether the driver may read a connection right after writing to it, with
+    /// Whether the driver's task may read a connection right after writing to it, with
     /// [`IoStream::read_now`], instead of waiting for the stream to wake it. The default is
-    /// `false`.
+    /// `false`. (A round a caller runs in place always does: [`drive_here`](Self::drive_here).)
     ///
     /// A peer on the same machine often answers before the write that woke it returns (its
     /// thread runs on the writer's CPU and preempts it). Reading then skips the wait on the
@@ -120,6 +120,27 @@ pub trait Runtime: Send + Sync + fmt::Debug + 'static {
     /// seven writes pass before it tries again. A remote peer's answer never
     /// comes within the write, so against one this costs a `recv` every eighth write.
     fn read_after_write(&self) -> bool {
+        false
+    }
+
+    /// Runs `run` where the driver's own task could run it (in this runtime's context, if it
+    /// has one) and returns `true`, to let a caller run a round of the driver in place; or
+    /// runs nothing and returns `false` (the default), and callers always hand their sends to
+    /// the driver's task. The driver asks once, with nothing to run, when the client is
+    /// built; answer the same way every time.
+    ///
+    /// A caller whose send finds the driver's task idle (not woken, no other caller waiting)
+    /// runs the round itself: the request is written in the caller's own poll, with no switch
+    /// to the driver's task, and read right after the write whatever
+    /// [`read_after_write`](Self::read_after_write) says (no task waits on another there), so
+    /// a peer that answers within the write is read in that same poll. On tokio's
+    /// multi-thread runtime a round trip to a loopback echo server on the same CPU took about
+    /// 1 µs less (BENCHMARKS.md, "Rounds in the caller's poll"). The round may start a
+    /// connect ([`connect`](Self::connect)), arm a timer or spawn, so a runtime whose sockets
+    /// and timers bind to a context the calling thread must have entered (tokio's) enters it
+    /// around `run`: a caller may be any thread, inside this runtime or not.
+    fn drive_here(&self, run: &mut dyn FnMut()) -> bool {
+        let _ = run;
         false
     }
 

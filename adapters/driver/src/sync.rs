@@ -180,6 +180,15 @@ impl<C> Outbox<C> {
     /// Queues `command` and wakes the driver; hands it back if the driver has stopped.
     #[inline]
     pub(crate) fn send(&self, command: C) -> Result<(), C> {
+        self.push(command)?;
+        self.wake.wake_by_ref();
+        Ok(())
+    }
+
+    /// Queues `command` without waking the driver (the caller delivers it); hands it back if
+    /// the driver has stopped.
+    #[inline]
+    pub(crate) fn push(&self, command: C) -> Result<(), C> {
         let queue = &*self.queue;
         if queue.overflowing.load(Ordering::Acquire) {
             queue.push_overflow(command)?;
@@ -190,7 +199,6 @@ impl<C> Outbox<C> {
                 Err(PushError::Closed(command)) => return Err(command),
             }
         }
-        self.wake.wake_by_ref();
         Ok(())
     }
 }

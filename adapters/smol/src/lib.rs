@@ -127,6 +127,11 @@ impl Runtime for SmolRuntime {
         true
     }
 
+    fn drive_here(&self, run: &mut dyn FnMut()) -> bool {
+        run();
+        true
+    }
+
     fn spawn(&self, future: BoxFuture<'static, ()>) {
         match &self.executor {
             Some(executor) => executor.spawn(future).detach(),

@@ -120,6 +120,12 @@ impl Runtime for TokioRuntime {
         matches!(self.handle.runtime_flavor(), RuntimeFlavor::CurrentThread)
     }
 
+    fn drive_here(&self, run: &mut dyn FnMut()) -> bool {
+        let _context = self.handle.enter();
+        run();
+        true
+    }
+
     fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn Timer>> {
         let _context = self.handle.enter();
         Box::pin(tokio::time::sleep_until(deadline.into()))

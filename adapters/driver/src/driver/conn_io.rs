@@ -174,7 +174,6 @@ impl OpenConn {
         decoder: Box<dyn Decoder>,
         wakeups: &Arc<Wakeups>,
         conn: ConnId,
-        read_after_write: bool,
     ) -> Self {
         Self {
             stream,
@@ -185,7 +184,7 @@ impl OpenConn {
             partial: false,
             sizing: Sizing::default(),
             read_wake: ReadWake::new(wakeups, conn),
-            read_after_write: ReadAfterWrite(read_after_write.then_some(0)),
+            read_after_write: ReadAfterWrite(Some(0)),
         }
     }
 }
@@ -369,6 +368,7 @@ impl Driver {
         }
         // Counted off only for a write the stream took whole (holding none of it, above).
         let read_after = matches!(written, Poll::Ready(Ok(n)) if n == total && n > 0)
+            && (self.in_place || self.task_reads_after_write)
             && open.read_after_write.due();
         let now = self.now();
         match written {

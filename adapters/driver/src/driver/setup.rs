@@ -196,14 +196,8 @@ impl Driver {
                         let Some(decoder) = self.decoder_for(now, conn) else {
                             continue;
                         };
-                        let open = OpenConn::new(
-                            io.into_stream(),
-                            report,
-                            decoder,
-                            &self.wakeups,
-                            conn,
-                            self.runtime.read_after_write(),
-                        );
+                        let open =
+                            OpenConn::new(io.into_stream(), report, decoder, &self.wakeups, conn);
                         self.conns.insert(conn, Conn::Open(open));
                         if self.pool.handle_handshake_done(now, conn).is_err() {
                             self.conns.remove(&conn);
@@ -242,14 +236,7 @@ impl Driver {
         };
         self.conns.insert(
             conn,
-            Conn::Open(OpenConn::new(
-                stream,
-                report,
-                decoder,
-                &self.wakeups,
-                conn,
-                self.runtime.read_after_write(),
-            )),
+            Conn::Open(OpenConn::new(stream, report, decoder, &self.wakeups, conn)),
         );
         let reported = match reached {
             Some(peer) => self.pool.handle_connected_to(now, conn, peer),

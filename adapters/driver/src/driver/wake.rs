@@ -89,6 +89,34 @@ impl Wakeups {
         self.task.register(waker);
     }
 
+    /// Whether the task was woken since its last poll began (a hint: it may be read stale
+    /// either way).
+    #[inline]
+    pub(super) fn scheduled(&self) -> bool {
+        self.task.scheduled.load(Ordering::Relaxed)
+    }
+
+    /// The task's waker, once its first poll kept it and unless an executor switched it: what
+    /// a round run in place registers with the sources it polls, so that their wakes reach
+    /// the task.
+    #[inline]
+    pub(super) fn task_waker(&self) -> Option<&Waker> {
+        self.task.kept()
+    }
+
+    /// Marks the inbox as the inbox's waker would, without waking the task: whether this
+    /// marked it (else a round that takes the mark is coming already).
+    #[inline]
+    pub(super) fn claim_inbox(&self) -> bool {
+        !self.inbox.swap(true, Ordering::AcqRel)
+    }
+
+    /// Wakes the task.
+    #[inline]
+    pub(super) fn wake_task(&self) {
+        self.task.wake();
+    }
+
     /// Appends the connections listed since the last call to `into`. Returns whether every
     /// open connection's mark must be looked at: the list overflowed meanwhile, or a wake set
     /// the flag instead of listing (the driver has few connections: [`set_few`](Self::set_few)).
@@ -188,12 +216,18 @@ struct TaskWaker {
     /// A poll came with a waker that would not wake what `first` wakes: wakes go to `later`.
     switched: AtomicBool,
     later: AtomicWaker,
+    /// The task was woken since its last poll began: a caller leaves the round to it rather
+    /// than run one in place ([`task`](super::task)). A hint, never a guarantee.
+    scheduled: AtomicBool,
 }
 
 impl TaskWaker {
     /// At the start of every poll, before the poll reads any mark.
     #[inline]
     fn register(&self, waker: &Waker) {
+        if self.scheduled.load(Ordering::Relaxed) {
+            self.scheduled.store(false, Ordering::Relaxed);
+        }
         match self.first.get() {
             Some(first) if first.will_wake(waker) && !self.switched.load(Ordering::Relaxed) => {}
             _ => self.register_other(waker),
@@ -217,9 +251,20 @@ impl TaskWaker {
         self.later.register(waker);
     }
 
+    /// The first poll's waker, unless a later poll switched it.
+    #[inline]
+    fn kept(&self) -> Option<&Waker> {
+        self.first
+            .get()
+            .filter(|_| !self.switched.load(Ordering::Relaxed))
+    }
+
     /// Wakes the task, after the waking source's mark is set.
     #[inline]
     fn wake(&self) {
+        if !self.scheduled.load(Ordering::Relaxed) {
+            self.scheduled.store(true, Ordering::Relaxed);
+        }
         fence(Ordering::SeqCst);
         match self.first.get() {
             Some(first) if !self.switched.load(Ordering::Relaxed) => first.wake_by_ref(),

@@ -1,0 +1,178 @@
+//! Who runs the driver's rounds: its task, or a caller in place.
+//!
+//! The driver lives behind a lock that is only ever tried, never waited on. Its task polls it
+//! as it always did. A caller that queued a send while the task was not woken for anything
+//! takes the lock and runs the round itself, in its own poll ([`Shared::deliver`]): the
+//! request is written without a task switch, and with a read right after the write
+//! ([`Runtime::read_after_write`]) the answer of a peer on the same machine is often read in
+//! that same poll, so the send is over before it ever waits. A send that finds the task woken
+//! (it is about to run, and what it takes leaves in one batch) or the lock held only wakes
+//! the task, as before.
+//!
+//! Whoever finds the lock held leaves a mark ([`Shared::missed`]) and, if the lock was let go
+//! meanwhile, tries again; whoever lets go of it reads the mark and wakes the task. So no
+//! wake is lost: the task's poll that lost the race is followed by another.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::task::{Context, Poll};
+
+use super::Driver;
+use super::wake::Wakeups;
+use crate::runtime::Runtime;
+
+/// What the driver's task and the client handles share: the driver itself (`None` once it
+/// stopped), behind a lock that is only tried.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    driver: Mutex<Option<Driver>>,
+    /// A poll of the task found the lock held: the holder wakes the task when it lets go.
+    missed: AtomicBool,
+    /// No caller was waiting when the driver last returned: a send may run the round in
+    /// place. With callers waiting, their sends go to the task, which writes them in batches.
+    idle: AtomicBool,
+    wakeups: Arc<Wakeups>,
+    runtime: Arc<dyn Runtime>,
+    /// The runtime lets callers run rounds ([`Runtime::drive_here`], asked once).
+    in_place: bool,
+}
+
+/// The future spawned on the runtime: polls the driver unless a caller holds it.
+#[derive(Debug)]
+pub(crate) struct DriverTask {
+    shared: Arc<Shared>,
+}
+
+impl Shared {
+    /// Shares `driver` between its task (returned) and the client handles.
+    pub(crate) fn new(driver: Driver) -> (Arc<Self>, DriverTask) {
+        // Asked with nothing to run: a runtime that lets callers run rounds runs it.
+        let in_place = driver.runtime.drive_here(&mut || ());
+        let shared = Arc::new(Self {
+            in_place,
+            wakeups: Arc::clone(&driver.wakeups),
+            runtime: Arc::clone(&driver.runtime),
+            driver: Mutex::new(Some(driver)),
+            missed: AtomicBool::new(false),
+            idle: AtomicBool::new(false),
+        });
+        let task = DriverTask {
+            shared: Arc::clone(&shared),
+        };
+        (shared, task)
+    }
+
+    /// After a command was queued without a wake: marks the inbox and runs a round here if
+    /// nothing else will soon, else wakes the task (unless the inbox was marked already: then
+    /// a round that takes the mark is coming).
+    #[inline]
+    pub(crate) fn deliver(&self) {
+        if self.wakeups.claim_inbox() && !self.run_here() {
+            self.wakeups.wake_task();
+        }
+    }
+
+    /// Runs the driver's rounds in the caller's poll, as its task would (with the task's
+    /// waker, so that every source it polls wakes the task): only when the task is not woken
+    /// already, has been polled once, and nobody holds the driver. Whether it ran.
+    fn run_here(&self) -> bool {
+        if !self.in_place || self.wakeups.scheduled() || !self.idle.load(Ordering::Relaxed) {
+            return false;
+        }
+        let Some(waker) = self.wakeups.task_waker() else {
+            return false;
+        };
+        let Ok(mut guard) = self.driver.try_lock() else {
+            return false;
+        };
+        let Some(driver) = guard.as_mut() else {
+            return false;
+        };
+        if driver.waiting.len() > 0 {
+            return false;
+        }
+        let mut done = false;
+        let ran = self.runtime.drive_here(&mut || {
+            let cx = &mut Context::from_waker(waker);
+            driver.in_place = true;
+            done = driver.poll_rounds(cx).is_ready();
+            driver.in_place = false;
+        });
+        if !done {
+            self.publish_idle(driver);
+        }
+        if done {
+            *guard = None;
+        }
+        drop(guard);
+        if done || self.missed.swap(false, Ordering::AcqRel) {
+            waker.wake_by_ref();
+        }
+        ran
+    }
+
+    /// Tells sends whether the driver has callers waiting (stored only on a change).
+    #[inline]
+    fn publish_idle(&self, driver: &Driver) {
+        let idle = driver.waiting.len() == 0;
+        if self.idle.load(Ordering::Relaxed) != idle {
+            self.idle.store(idle, Ordering::Relaxed);
+        }
+    }
+
+    /// The lock, for the task: `None` if a caller holds it (the mark is left for it).
+    fn lock_for_task(&self) -> Option<MutexGuard<'_, Option<Driver>>> {
+        for _ in 0..2 {
+            match self.driver.try_lock() {
+                Ok(guard) => return Some(guard),
+                // A caller's round panicked in the driver: its state cannot be trusted. The
+                // task ends it (below), which answers every caller.
+                Err(TryLockError::Poisoned(poisoned)) => {
+                    let mut guard = poisoned.into_inner();
+                    guard.take();
+                    return Some(guard);
+                }
+                // After the mark: a holder that let go before reading it is found gone by the
+                // second try.
+                Err(TryLockError::WouldBlock) => self.missed.store(true, Ordering::Release),
+            }
+        }
+        None
+    }
+}
+
+impl Future for DriverTask {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let shared = &*self.shared;
+        shared.wakeups.register_task(cx.waker());
+        let Some(mut guard) = shared.lock_for_task() else {
+            return Poll::Pending;
+        };
+        let Some(driver) = guard.as_mut() else {
+            return Poll::Ready(());
+        };
+        if driver.poll_rounds(cx).is_ready() {
+            *guard = None;
+            return Poll::Ready(());
+        }
+        shared.publish_idle(driver);
+        Poll::Pending
+    }
+}
+
+impl Drop for DriverTask {
+    /// The runtime dropped the task (it is shutting down): the driver ends with it, so that no
+    /// caller waits (a caller running a round in place lets go of it first).
+    fn drop(&mut self) {
+        let mut guard = self
+            .shared
+            .driver
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        guard.take();
+    }
+}
