@@ -12,7 +12,9 @@
 //! connection to a fresh echo server (`peers::batch_echo(1)`: a plain thread that answers
 //! each request as it comes), and sends 64-byte requests back to back from one task for `MS`
 //! milliseconds. It prints each side's per-round request rates, and the medians of its rates
-//! and of its rounds' median round trips.
+//! and of its rounds' median round trips. Neither side lets callers run the driver's rounds in
+//! place (`Runtime::drive_here`, which reads after every write whatever the answer): both
+//! measure the driver's task.
 
 use std::error::Error;
 use std::io;

@@ -4,7 +4,8 @@
 //! runtime that does not let callers do it leaves every send to the task; sends while other
 //! callers wait go to the task (which writes them in batches); and callers that run rounds
 //! from many threads at once, some outside the runtime, each get their own answer, with
-//! connects started in the caller's round bound to the client's runtime.
+//! connects started in the caller's round bound to the client's runtime. keepwire's runtimes
+//! let callers run rounds; the trait's default does not.
 
 use std::future::Future;
 use std::io::{self, Read, Write};
@@ -85,11 +86,7 @@ fn callers_on_many_threads_each_get_their_own_answer() {
     // in place on every one of them and on the driver's task, and they find each other
     // holding the driver. Each send carries its own payload, and its answer must be it.
     let addr = echo_server();
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let tokio = multi_thread(2);
     let client = ClientBuilder::new(test_config())
         .node(addr)
         .build(Arc::new(TokioRuntime::from_handle(tokio.handle().clone())))
@@ -127,11 +124,7 @@ fn a_connect_started_in_a_caller_s_round_outside_the_runtime_binds_to_the_runtim
     // connection, whose socket must register with the client's runtime (tokio panics with "no
     // reactor running" otherwise).
     let addr = echo_server();
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let tokio = multi_thread(1);
     let client = ClientBuilder::new(test_config())
         .node(addr)
         .build(Arc::new(TokioRuntime::from_handle(tokio.handle().clone())))
@@ -152,6 +145,25 @@ fn a_connect_started_in_a_caller_s_round_outside_the_runtime_binds_to_the_runtim
     });
     let counters = thread.join().unwrap();
     assert!(counters.connects >= 20, "{counters:?}");
+}
+
+#[test]
+fn keepwire_s_runtimes_let_callers_run_rounds_and_the_default_does_not() {
+    let run = |runtime: &dyn Runtime| {
+        let mut ran = false;
+        let said = runtime.drive_here(&mut || ran = true);
+        assert_eq!(said, ran, "{runtime:?} said {said} but ran: {ran}");
+        said
+    };
+    for flavour in [current_thread(), multi_thread(1)] {
+        assert!(run(&TokioRuntime::from_handle(flavour.handle().clone())));
+    }
+    assert!(run(&keepwire_smol::SmolRuntime::new()));
+    assert!(run(&keepwire_async_std::AsyncStdRuntime));
+    let tokio = current_thread();
+    let inner = Arc::new(TokioRuntime::from_handle(tokio.handle().clone()));
+    let default = InMemory::new(inner, true, |_| unreachable!("no connect"));
+    assert!(!run(&default));
 }
 
 /// Over `sends` sends one after another (after a first that connects), how many were over at
@@ -331,6 +343,14 @@ fn echo_server() -> SocketAddr {
 
 fn current_thread() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn multi_thread(workers: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
         .enable_all()
         .build()
         .unwrap()

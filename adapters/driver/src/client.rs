@@ -1,6 +1,7 @@
 //! The application's side: [`ClientBuilder`], the cloneable [`Client`] handle and the
-//! [`Events`] stream. Every call is a command to the one driver task that owns the pool and
-//! the sockets; results come back through a per-call reply.
+//! [`Events`] stream. Every call is a command to the driver that owns the pool and the
+//! sockets; results come back through a per-call reply. A send that finds the driver idle runs
+//! its round itself, in its own poll (the runtime permitting: [`Runtime::drive_here`]).
 
 use std::fmt;
 use std::future::Future;
@@ -330,6 +331,13 @@ impl Client {
     /// An error says whether the request was refused before it started
     /// ([`SendError::sent`] is `None`) or how much of it the kernel had accepted when it
     /// ended; [`SendError::is_retryable`] tells whether sending it again is safe.
+    ///
+    /// A send that finds the driver idle (its task not woken, no other caller waiting) runs
+    /// the driver's round in its own poll, when the runtime allows it
+    /// ([`Runtime::drive_here`]; keepwire's runtime crates do): the request is written with no
+    /// switch to the driver's task, and a peer that answers within the write is read in the
+    /// same poll. Sends beside waiting callers leave their round to the task, which writes
+    /// them in batches.
     ///
     /// In steady state a send allocates nothing beyond the caller's payload: the reply slot
     /// of a call that is over serves a later call on the same thread (of any client), or of

@@ -1,7 +1,8 @@
-//! The driver: one future that owns the keepwire [`Pool`] and every socket, spawned once on
-//! the runtime. Client handles reach it only through the command inbox, so the pool is never
-//! shared, no lock is held across an await or a syscall, and handing bytes out cannot race a
-//! deadline dropping them.
+//! The driver: what owns the keepwire [`Pool`] and every socket, run by one task spawned on
+//! the runtime, or, while that task is idle, by a sending caller in its own poll ([`task`]).
+//! Client handles reach it only through the command inbox; whoever runs a round holds the
+//! driver alone (behind a lock that is only ever tried, never waited on, and never held across
+//! an await), so handing bytes out cannot race a deadline dropping them.
 //!
 //! Each poll repeats, until nothing moves: take commands (if the inbox woke the driver) → run
 //! the pool's actions → poll the connect and handshake futures → write what the pool hands

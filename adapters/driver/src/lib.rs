@@ -1,7 +1,8 @@
 //! # keepwire-driver
 //!
-//! The runtime-agnostic half of keepwire's adapters, written once: a [`Client`] whose single
-//! driver task owns a [`keepwire_proto::Pool`] and every socket, applies socket options
+//! The runtime-agnostic half of keepwire's adapters, written once: a [`Client`] whose driver
+//! (one task, or a sending caller in its place while it is idle) owns a
+//! [`keepwire_proto::Pool`] and every socket, applies socket options
 //! through socket2 (reporting each one the platform could not apply), enforces the setup,
 //! write and request deadlines the pool computes, frames requests and cuts responses with a
 //! [`Codec`], and sleeps until the pool's next deadline.

@@ -66,6 +66,10 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///         self.inner.read_after_write()
 ///     }
 ///
+///     fn drive_here(&self, run: &mut dyn FnMut()) -> bool {
+///         self.inner.drive_here(run)
+///     }
+///
 ///     fn spawn(&self, future: BoxFuture<'static, ()>) {
 ///         self.spawned.fetch_add(1, Ordering::Relaxed);
 ///         self.inner.spawn(future);

@@ -127,6 +127,8 @@ impl Runtime for SmolRuntime {
         true
     }
 
+    /// As it is: async-io's reactor and timers are global, and the executor's spawn is
+    /// callable from any thread.
     fn drive_here(&self, run: &mut dyn FnMut()) -> bool {
         run();
         true

@@ -120,6 +120,8 @@ impl Runtime for TokioRuntime {
         matches!(self.handle.runtime_flavor(), RuntimeFlavor::CurrentThread)
     }
 
+    /// In this runtime's context, entered around the round: the caller may be a thread
+    /// outside it, and a connect the round starts must register with this runtime's reactor.
     fn drive_here(&self, run: &mut dyn FnMut()) -> bool {
         let _context = self.handle.enter();
         run();
