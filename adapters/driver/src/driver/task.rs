@@ -1,21 +1,23 @@
 //! Who runs the driver's rounds: its task, or a caller in place.
 //!
 //! The driver lives behind a lock that is only ever tried, never waited on. Its task polls it
-//! as it always did. A caller that queued a send while the task was not woken for anything
-//! takes the lock and runs the round itself, in its own poll ([`Shared::deliver`]): the
-//! request is written without a task switch, and with a read right after the write
-//! ([`Runtime::read_after_write`]) the answer of a peer on the same machine is often read in
-//! that same poll, so the send is over before it ever waits. A send that finds the task woken
-//! (it is about to run, and what it takes leaves in one batch) or the lock held only wakes
-//! the task, as before.
+//! as it always did. A caller that queued a send while the task was not woken and no other
+//! caller waited takes the lock and runs the round itself, in its own poll
+//! ([`Shared::deliver`], when the runtime allows it: [`Runtime::drive_here`]): the request is
+//! written without a task switch, and read right after the write, so the answer of a peer on
+//! the same machine is often read in that same poll and the send is over before it ever
+//! waits. A send that finds the task woken (it is about to run), other callers waiting (the
+//! task writes their sends in batches) or the lock held only wakes the task, as before.
 //!
-//! Whoever finds the lock held leaves a mark ([`Shared::missed`]) and, if the lock was let go
-//! meanwhile, tries again; whoever lets go of it reads the mark and wakes the task. So no
-//! wake is lost: the task's poll that lost the race is followed by another.
+//! Nothing is lost when the task and a caller meet at the lock. A caller that finds it held
+//! wakes the task, which polls again after the holder. The task that finds it held (a caller
+//! runs a round) leaves a mark and tries once more; the caller, once it let go, reads the mark
+//! and wakes the task. A fence on each side, between its write and its read, makes sure one of
+//! the two sees the other: the task the lock let go, or the caller the mark.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::task::{Context, Poll};
 
@@ -100,14 +102,17 @@ impl Shared {
             done = driver.poll_rounds(cx).is_ready();
             driver.in_place = false;
         });
-        if !done {
-            self.publish_idle(driver);
-        }
         if done {
             *guard = None;
+        } else {
+            self.publish_idle(driver);
         }
         drop(guard);
-        if done || self.missed.swap(false, Ordering::AcqRel) {
+        // After letting go, before reading the mark: see the module's doc.
+        fence(Ordering::SeqCst);
+        let missed =
+            self.missed.load(Ordering::Relaxed) && self.missed.swap(false, Ordering::Acquire);
+        if done || missed {
             waker.wake_by_ref();
         }
         ran
@@ -134,9 +139,12 @@ impl Shared {
                     guard.take();
                     return Some(guard);
                 }
-                // After the mark: a holder that let go before reading it is found gone by the
-                // second try.
-                Err(TryLockError::WouldBlock) => self.missed.store(true, Ordering::Release),
+                // After the mark, and a fence: a holder that let go before reading the mark is
+                // found gone by the second try (the module's doc).
+                Err(TryLockError::WouldBlock) => {
+                    self.missed.store(true, Ordering::Relaxed);
+                    fence(Ordering::SeqCst);
+                }
             }
         }
         None
