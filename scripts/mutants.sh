@@ -155,7 +155,7 @@ export CARGO_MUTANTS_MINIMUM_TEST_TIMEOUT=${CARGO_MUTANTS_MINIMUM_TEST_TIMEOUT:-
 # mutant and filtered to those suites. So does keepwire-tokio's paused_time: the setup
 # timeout and each address's share of it, in virtual time. A mutant that hangs a test is
 # stopped at 60 s (the suites take about 15 s).
-socket_suites='binary(/^real_(client|batching|reads|read_after_write|idle_memory|faults|hostile|stream|wakeups|timer|metrics|tracing|panics|options|tls|load|names|tower|allocations)$/)'
+socket_suites='binary(/^real_(client|batching|reads|read_after_write|rounds_in_place|idle_memory|faults|hostile|stream|wakeups|timer|metrics|tracing|panics|options|tls|load|names|tower|allocations)$/)'
 integration_filter="(package(keepwire-tests) and not test(/on_async_std/) and $socket_suites) or (package(keepwire-tokio) and binary(paused_time))"
 
 # The adapters' pass: the same suites on all three runtimes, and the adapters' own tests.

@@ -80,6 +80,86 @@ fn a_send_while_others_wait_goes_to_the_task() {
 }
 
 #[test]
+fn a_send_while_the_task_is_woken_leaves_the_round_to_it() {
+    // Each answer, given within the write, also wakes the read the driver's task left
+    // waiting (as a reactor would), so after a send run in place the task is woken. A send
+    // made before the task ran leaves its round to it; once it ran, the next runs in place.
+    // The 3rd send yields first (nothing else is left to run by then).
+    let tokio = current_thread();
+    let polls = Arc::new(AtomicUsize::new(0));
+    let client = in_memory_client(&tokio, true, Answers::All, &polls);
+    let node = Target::Node(client.initial_nodes()[0]);
+    let firsts = tokio.block_on(async {
+        client.send(node, PAYLOAD, secs(3)).await.unwrap();
+        tokio::task::yield_now().await;
+        let mut firsts = Vec::new();
+        for yields in [false, false, true, false] {
+            if yields {
+                tokio::task::yield_now().await;
+            }
+            let mut send = pin!(client.send(node, PAYLOAD, secs(3)));
+            let answer = match std::future::poll_fn(|cx| Poll::Ready(send.as_mut().poll(cx))).await
+            {
+                Poll::Ready(answer) => {
+                    firsts.push(true);
+                    answer
+                }
+                Poll::Pending => {
+                    firsts.push(false);
+                    send.await
+                }
+            };
+            assert_eq!(answer.unwrap(), PAYLOAD);
+        }
+        client.shutdown().await;
+        firsts
+    });
+    // The 1st in place, its answer waking the task; the 2nd, before the task ran, the task's
+    // (which leaves its read waiting again); the 3rd in place, and its answer wakes the task
+    // again; the 4th the task's.
+    assert_eq!(firsts, [true, false, true, false]);
+}
+
+#[test]
+fn a_runtime_that_drops_the_driver_s_task_ends_every_send() {
+    // The peer reads and never answers; a caller outside the runtime waits. Shutting the
+    // runtime down drops the driver's task, and with it the driver: the caller must not wait
+    // out its deadline.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let silent = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 1024];
+        while let Ok(1..) = stream.read(&mut buf) {}
+    });
+    let tokio = multi_thread(1);
+    let client = ClientBuilder::new(test_config())
+        .node(addr)
+        .build(Arc::new(TokioRuntime::from_handle(tokio.handle().clone())))
+        .unwrap();
+    let node = Target::Node(client.initial_nodes()[0]);
+    let (sent, waiting) = std::sync::mpsc::channel();
+    let (ended, outcome) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        smol::block_on(async {
+            let mut send = pin!(client.send(node, PAYLOAD, secs(60)));
+            let first = std::future::poll_fn(|cx| Poll::Ready(send.as_mut().poll(cx))).await;
+            assert!(first.is_pending());
+            sent.send(()).unwrap();
+            ended.send(send.await).unwrap();
+        });
+    });
+    waiting.recv().unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    tokio.shutdown_timeout(secs(5));
+    let outcome = outcome
+        .recv_timeout(secs(20))
+        .expect("the caller still waits after its client's runtime shut down");
+    assert!(outcome.is_err(), "{outcome:?}");
+    silent.join().unwrap();
+}
+
+#[test]
 fn callers_on_many_threads_each_get_their_own_answer() {
     // A real echo server; the client's runtime has two workers. Four tasks on the runtime and
     // four plain threads outside it (each with its own executor) send at once, so rounds run
