@@ -119,7 +119,7 @@ pub(crate) struct Driver {
     draining: bool,
     stopping: bool,
     /// Callers answered, ever: a round's share of it says whether the driver yields after it
-    /// ([`Driver::poll`]).
+    /// ([`Driver::poll_rounds`]).
     answered: u64,
     /// What the current round left for a round after it ([`Driver::round`]).
     follow_up: FollowUp,
@@ -218,7 +218,8 @@ impl Driver {
             hub,
             readiness,
         } = channels;
-        let mut driver = Self {
+        let task_reads_after_write = runtime.read_after_write();
+        let driver = Self {
             runtime,
             origin,
             pool,
@@ -253,9 +254,8 @@ impl Driver {
             paused: Vec::new(),
             setups: Vec::new(),
             in_place: false,
-            task_reads_after_write: false,
+            task_reads_after_write,
         };
-        driver.task_reads_after_write = driver.runtime.read_after_write();
         Ok((driver, ids))
     }
 
@@ -616,27 +616,26 @@ impl Driver {
     /// several polls, and the first callers' next requests are written before the last
     /// callers are answered.
     fn poll_rounds(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let this = self;
         for _ in 0..ROUNDS_PER_POLL {
-            let answered = this.answered;
-            let again = this.round(cx);
-            if this.draining && this.drained() {
-                this.stopping = true;
+            let answered = self.answered;
+            let again = self.round(cx);
+            if self.draining && self.drained() {
+                self.stopping = true;
             }
-            if this.stopping {
-                this.finish();
+            if self.stopping {
+                self.finish();
                 return Poll::Ready(());
             }
-            if this.answered - answered > 1 {
+            if self.answered - answered > 1 {
                 break;
             }
             if !again {
-                this.after_rounds();
+                self.after_rounds();
                 return Poll::Pending;
             }
         }
         // Still busy, or callers to let run first: yield, then continue.
-        this.after_rounds();
+        self.after_rounds();
         cx.waker().wake_by_ref();
         Poll::Pending
     }

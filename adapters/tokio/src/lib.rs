@@ -115,7 +115,9 @@ impl Runtime for TokioRuntime {
     /// On a current_thread runtime only: there the driver and its callers share the one
     /// thread. On the multi-thread runtime a read right after the write made the round trip
     /// slower (tokio's LIFO slot hands the fourth of a chain of tasks that wake each other
-    /// to another worker: BENCHMARKS.md, "A read right after the write").
+    /// to another worker: BENCHMARKS.md, "A read right after the write"). A round a caller
+    /// runs in place ([`drive_here`](Runtime::drive_here)) reads after its write on either:
+    /// no chain of tasks there.
     fn read_after_write(&self) -> bool {
         matches!(self.handle.runtime_flavor(), RuntimeFlavor::CurrentThread)
     }

@@ -189,10 +189,10 @@ impl OpenConn {
     }
 }
 
-/// A connection's reads right after its writes ([`Runtime::read_after_write`]): `None` if it
-/// has none (its runtime does not ask for them, or its stream cannot), else how many more
-/// writes pass before the next one (none after a read that found bytes,
-/// [`SKIP_AFTER_EMPTY_READ`] after one that found nothing).
+/// A connection's reads right after its writes (in a round a caller runs in place, and in the
+/// task's if [`Runtime::read_after_write`] says so): `None` if its stream cannot read now,
+/// else how many more such writes pass before the next read (none after a read that found
+/// bytes, [`SKIP_AFTER_EMPTY_READ`] after one that found nothing).
 ///
 /// [`Runtime::read_after_write`]: crate::Runtime::read_after_write
 #[derive(Clone, Copy, Debug)]
