@@ -133,10 +133,7 @@ fn a_runtime_that_drops_the_driver_s_task_ends_every_send() {
         while let Ok(1..) = stream.read(&mut buf) {}
     });
     let tokio = multi_thread(1);
-    let client = ClientBuilder::new(test_config())
-        .node(addr)
-        .build(Arc::new(TokioRuntime::from_handle(tokio.handle().clone())))
-        .unwrap();
+    let client = tokio_client(&tokio, addr);
     let node = Target::Node(client.initial_nodes()[0]);
     let (sent, waiting) = std::sync::mpsc::channel();
     let (ended, outcome) = std::sync::mpsc::channel();
@@ -167,10 +164,7 @@ fn callers_on_many_threads_each_get_their_own_answer() {
     // holding the driver. Each send carries its own payload, and its answer must be it.
     let addr = echo_server();
     let tokio = multi_thread(2);
-    let client = ClientBuilder::new(test_config())
-        .node(addr)
-        .build(Arc::new(TokioRuntime::from_handle(tokio.handle().clone())))
-        .unwrap();
+    let client = tokio_client(&tokio, addr);
     let node = Target::Node(client.initial_nodes()[0]);
     let caller = move |client: Client, who: usize| async move {
         for i in 0..400 {
@@ -205,10 +199,7 @@ fn a_connect_started_in_a_caller_s_round_outside_the_runtime_binds_to_the_runtim
     // reactor running" otherwise).
     let addr = echo_server();
     let tokio = multi_thread(1);
-    let client = ClientBuilder::new(test_config())
-        .node(addr)
-        .build(Arc::new(TokioRuntime::from_handle(tokio.handle().clone())))
-        .unwrap();
+    let client = tokio_client(&tokio, addr);
     let node = client.initial_nodes()[0];
     let thread = std::thread::spawn(move || {
         smol::block_on(async {
@@ -419,6 +410,14 @@ fn echo_server() -> SocketAddr {
         }
     });
     addr
+}
+
+/// A client of `addr` on `tokio`.
+fn tokio_client(tokio: &tokio::runtime::Runtime, addr: SocketAddr) -> Client {
+    ClientBuilder::new(test_config())
+        .node(addr)
+        .build(Arc::new(TokioRuntime::from_handle(tokio.handle().clone())))
+        .unwrap()
 }
 
 fn current_thread() -> tokio::runtime::Runtime {
