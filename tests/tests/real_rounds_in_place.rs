@@ -157,6 +157,47 @@ fn a_runtime_that_drops_the_driver_s_task_ends_every_send() {
 }
 
 #[test]
+fn the_task_that_finds_a_caller_running_its_round_runs_after_it() {
+    // A caller outside the runtime runs its round in place and is held in the write, the
+    // driver in its hands. Meanwhile a command wakes the driver's task, which finds the driver
+    // held and returns. The caller, once its round is over, must wake the task again: the
+    // command is taken only then.
+    let tokio = multi_thread(1);
+    let polls = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(Gate::default());
+    let client = gated_client(&tokio, true, Answers::All, &polls, &gate);
+    let node = Target::Node(client.initial_nodes()[0]);
+    let caller = std::thread::spawn({
+        let (client, gate) = (client.clone(), Arc::clone(&gate));
+        move || {
+            smol::block_on(async {
+                // Connected, through the task; then the task has nothing left to do.
+                client.send(node, PAYLOAD, secs(10)).await.unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+                *gate.thread.lock().unwrap() = Some(std::thread::current().id());
+                client.send(node, PAYLOAD, secs(10)).await
+            })
+        }
+    });
+    gate.wait_until(|gate| gate.holding.load(Ordering::SeqCst));
+    let before = polls.load(Ordering::SeqCst);
+    let counters = tokio.spawn({
+        let client = client.clone();
+        async move { client.counters().await }
+    });
+    // The task's poll that finds the driver held, over by the time the gate opens.
+    gate.wait_until(|_| polls.load(Ordering::SeqCst) > before);
+    std::thread::sleep(Duration::from_millis(50));
+    gate.open.store(true, Ordering::SeqCst);
+    assert_eq!(caller.join().unwrap().unwrap(), PAYLOAD);
+    let counters = tokio.block_on(async { tokio::time::timeout(secs(10), counters).await });
+    assert!(
+        counters.is_ok_and(|counters| counters.unwrap().is_ok()),
+        "the command queued while the caller held the driver was never taken"
+    );
+}
+
+#[test]
 fn callers_on_many_threads_each_get_their_own_answer() {
     // A real echo server; the client's runtime has two workers. Four tasks on the runtime and
     // four plain threads outside it (each with its own executor) send at once, so rounds run
@@ -287,6 +328,18 @@ fn in_memory_client(
     answers: Answers,
     polls: &Arc<AtomicUsize>,
 ) -> Client {
+    gated_client(tokio, in_place, answers, polls, &Arc::default())
+}
+
+/// [`in_memory_client`], whose stream's writes made on the gate's thread wait for it.
+fn gated_client(
+    tokio: &tokio::runtime::Runtime,
+    in_place: bool,
+    answers: Answers,
+    polls: &Arc<AtomicUsize>,
+    gate: &Arc<Gate>,
+) -> Client {
+    let gate = Arc::clone(gate);
     let inner: Arc<dyn Runtime> = Arc::new(Counting {
         inner: TokioRuntime::from_handle(tokio.handle().clone()),
         polls: Arc::clone(polls),
@@ -297,6 +350,7 @@ fn in_memory_client(
             echo: Echo::default(),
             answers,
             written: 0,
+            gate: Arc::clone(&gate),
         })
     });
     let runtime = if in_place {
@@ -366,6 +420,29 @@ struct EchoStream {
     answers: Answers,
     /// Writes so far.
     written: usize,
+    gate: Arc<Gate>,
+}
+
+/// Holds the writes made on one thread until the test opens it: a caller's round, stopped
+/// with the driver in its hands.
+#[derive(Debug, Default)]
+struct Gate {
+    /// The thread whose writes wait; none at first.
+    thread: std::sync::Mutex<Option<std::thread::ThreadId>>,
+    /// A write is waiting.
+    holding: std::sync::atomic::AtomicBool,
+    open: std::sync::atomic::AtomicBool,
+}
+
+impl Gate {
+    /// Waits (at most 10 s) until `holds`.
+    fn wait_until(&self, holds: impl Fn(&Self) -> bool) {
+        let start = std::time::Instant::now();
+        while !holds(self) {
+            assert!(start.elapsed() < secs(10), "the gate never got there");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 }
 
 impl IoStream for EchoStream {
@@ -374,6 +451,12 @@ impl IoStream for EchoStream {
     }
 
     fn poll_write(&mut self, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let gated = *self.gate.thread.lock().unwrap() == Some(std::thread::current().id());
+        if gated {
+            self.gate.holding.store(true, Ordering::SeqCst);
+            self.gate
+                .wait_until(|gate| gate.open.load(Ordering::SeqCst));
+        }
         let unanswered = matches!(self.answers, Answers::AllBut(n) if n == self.written);
         self.written += 1;
         if !unanswered && let Some(reader) = self.echo.answer(buf) {
