@@ -284,7 +284,7 @@ impl Wake for Wakeups {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        if !self.inbox.swap(true, Ordering::AcqRel) {
+        if self.claim_inbox() {
             self.task.wake();
         }
     }
