@@ -38,7 +38,7 @@ pub(crate) struct Shared {
     wakeups: Arc<Wakeups>,
     runtime: Arc<dyn Runtime>,
     /// The runtime lets callers run rounds ([`Runtime::drive_here`], asked once).
-    in_place: bool,
+    callers_may_run: bool,
 }
 
 /// The future spawned on the runtime: polls the driver unless a caller holds it.
@@ -51,9 +51,9 @@ impl Shared {
     /// Shares `driver` between its task (returned) and the client handles.
     pub(crate) fn new(driver: Driver) -> (Arc<Self>, DriverTask) {
         // Asked with nothing to run: a runtime that lets callers run rounds runs it.
-        let in_place = driver.runtime.drive_here(&mut || ());
+        let callers_may_run = driver.runtime.drive_here(&mut || ());
         let shared = Arc::new(Self {
-            in_place,
+            callers_may_run,
             wakeups: Arc::clone(&driver.wakeups),
             runtime: Arc::clone(&driver.runtime),
             driver: Mutex::new(Some(driver)),
@@ -80,7 +80,7 @@ impl Shared {
     /// waker, so that every source it polls wakes the task): only when the task is not woken
     /// already, has been polled once, and nobody holds the driver. Whether it ran.
     fn run_here(&self) -> bool {
-        if !self.in_place || self.wakeups.scheduled() || !self.idle.load(Ordering::Relaxed) {
+        if !self.callers_may_run || self.wakeups.scheduled() || !self.idle.load(Ordering::Relaxed) {
             return false;
         }
         let Some(waker) = self.wakeups.task_waker() else {
