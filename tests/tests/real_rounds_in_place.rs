@@ -1,6 +1,7 @@
 //! Rounds a caller runs in place (`Runtime::drive_here`): a send queued while the driver's
-//! task has nothing to do runs the driver's round in the caller's own poll, so with a peer that
-//! answers within the write the send is over at its first poll, without the driver's task; a
+//! task has nothing to do runs the driver's round in the caller's own poll, reading right after
+//! the write although the runtime does not ask for that, so with a peer that answers within
+//! the write the send is over at its first poll, without the driver's task; a
 //! runtime that does not let callers do it leaves every send to the task; sends while other
 //! callers wait go to the task (which writes them in batches); and callers that run rounds
 //! from many threads at once, some outside the runtime, each get their own answer, with
@@ -25,7 +26,7 @@ const PAYLOAD: &[u8] = b"a request of 32 bytes, padded..";
 
 #[test]
 fn a_lone_send_is_written_and_answered_in_its_own_first_poll() {
-    let (ready, task_polls) = first_polls(true, 100);
+    let (ready, task_polls) = first_polls(true, Answers::All, 100);
     assert_eq!(
         ready, 100,
         "every send after the first was over at its first poll"
@@ -36,8 +37,16 @@ fn a_lone_send_is_written_and_answered_in_its_own_first_poll() {
 }
 
 #[test]
+fn a_caller_s_round_reads_right_after_its_write_though_the_runtime_does_not_ask() {
+    // The runtime does not ask for reads right after writes, and after the first the stream
+    // never wakes a read: a caller's round must read right after its write to get any answer.
+    let (ready, _) = first_polls(true, Answers::Unwoken, 100);
+    assert_eq!(ready, 100, "a caller's round left its answer unread");
+}
+
+#[test]
 fn a_runtime_that_does_not_let_callers_run_rounds_leaves_every_send_to_the_task() {
-    let (ready, task_polls) = first_polls(false, 100);
+    let (ready, task_polls) = first_polls(false, Answers::All, 100);
     assert_eq!(ready, 0, "a send waits for the driver's task");
     assert!(
         task_polls >= 100,
@@ -280,10 +289,10 @@ fn keepwire_s_runtimes_let_callers_run_rounds_and_the_default_does_not() {
 
 /// Over `sends` sends one after another (after a first that connects), how many were over at
 /// their first poll, and how often the driver's task was polled meanwhile.
-fn first_polls(in_place: bool, sends: usize) -> (usize, usize) {
+fn first_polls(in_place: bool, answers: Answers, sends: usize) -> (usize, usize) {
     let tokio = current_thread();
     let polls = Arc::new(AtomicUsize::new(0));
-    let client = in_memory_client(&tokio, in_place, Answers::All, &polls);
+    let client = in_memory_client(&tokio, in_place, answers, &polls);
     let node = Target::Node(client.initial_nodes()[0]);
     tokio.block_on(async {
         client.send(node, PAYLOAD, secs(3)).await.unwrap();
@@ -317,11 +326,14 @@ enum Answers {
     All,
     /// Every request but the `n`th (counted from 0).
     AllBut(usize),
+    /// Every request, but only the first answer wakes the stream's read: the others are
+    /// taken only by a read right after the write.
+    Unwoken,
 }
 
 /// A client on `tokio` whose connection is an in-memory stream answering within each write
-/// (and waking its read), on a runtime that lets callers run rounds in place if `in_place`,
-/// and reads right after writes either way; `polls` counts the polls of the driver's task.
+/// (and waking its read), on a runtime that lets callers run rounds in place if `in_place`
+/// and does not ask for reads right after writes; `polls` counts the polls of the driver's task.
 fn in_memory_client(
     tokio: &tokio::runtime::Runtime,
     in_place: bool,
@@ -344,7 +356,9 @@ fn gated_client(
         inner: TokioRuntime::from_handle(tokio.handle().clone()),
         polls: Arc::clone(polls),
     });
-    let runtime = InMemory::new(inner, true, move |socket| {
+    // No reads right after writes for the task: a caller's round reads after its write all
+    // the same.
+    let runtime = InMemory::new(inner, false, move |socket| {
         Box::new(EchoStream {
             socket,
             echo: Echo::default(),
@@ -458,8 +472,12 @@ impl IoStream for EchoStream {
                 .wait_until(|gate| gate.open.load(Ordering::SeqCst));
         }
         let unanswered = matches!(self.answers, Answers::AllBut(n) if n == self.written);
+        let wakes = !matches!(self.answers, Answers::Unwoken) || self.written == 0;
         self.written += 1;
-        if !unanswered && let Some(reader) = self.echo.answer(buf) {
+        if !unanswered
+            && let Some(reader) = self.echo.answer(buf)
+            && wakes
+        {
             reader.wake();
         }
         Poll::Ready(Ok(buf.len()))
